@@ -1,0 +1,1 @@
+//! Placeholder: the turmoil simulations (SPEC §8) are not built yet.

@@ -1,0 +1,1 @@
+//! Placeholder: the typed client and `chainctl` (SPEC §7) are not built yet.

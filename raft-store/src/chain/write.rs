@@ -1,0 +1,469 @@
+//! Evaluation (SPEC §4.1–§4.3 resolved into effects) and application (one effect → one batch).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::chain::codec;
+use crate::chain::effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
+use crate::chain::keys;
+use crate::chain::order::order_by_links;
+use crate::chain::store::ChainStore;
+use crate::chain::types::{
+    AppendError, AppendRequest, Appended, ChainEvent, Coverage, Fork, FromLog, Head, LogEvent,
+    Origin, PopulateError, ReplicateError, Watermark,
+};
+use crate::engine::{Engine, StorageError, WriteBatch};
+use crate::ids::{EventId, ExecutionId};
+
+/// What the evaluation of an append decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppendPlan {
+    /// The event is already stored with identical content: answer without writing.
+    Duplicate(Appended),
+    /// Apply this effect; the new event is its only event.
+    Write(Effect),
+}
+
+/// What the evaluation of a populate decided: the outcome to report and the effects that make
+/// it true, to be applied in order (several when the log exceeds one batch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PopulatePlan {
+    /// The outcome, already decided.
+    pub outcome: FromLog,
+    /// Effects to apply in order; empty when nothing changes.
+    pub effects: Vec<Effect>,
+}
+
+impl<E: Engine> ChainStore<E> {
+    /// Evaluates an append against the current state: validation, then event-id idempotency,
+    /// then the head check, in that order (SPEC §6).
+    pub fn evaluate_append(
+        &self,
+        exec: &ExecutionId,
+        request: &AppendRequest,
+    ) -> Result<AppendPlan, AppendError> {
+        if request.genesis && request.prev_event_id.is_some() {
+            return Err(AppendError::InvalidInput(
+                "genesis: true requires prev_event_id: null".into(),
+            ));
+        }
+        self.checked_payload(&request.payload).map_err(AppendError::TooLarge)?;
+
+        if let Some(exec_seq) = self.read_id_index(exec, &request.event_id)? {
+            let stored = self.read_event_at(exec, exec_seq)?.ok_or_else(|| {
+                StorageError::Corrupted(format!(
+                    "id index of {} points at seq {exec_seq}, which holds no event",
+                    request.event_id
+                ))
+            })?;
+            let identical = stored.event_id == request.event_id
+                && stored.prev_event_id == request.prev_event_id
+                && stored.parent_execution_id == request.parent_execution_id
+                && stored.payload == request.payload;
+            return if identical {
+                Ok(AppendPlan::Duplicate(Appended {
+                    exec_seq,
+                    commit_index: stored.commit_index,
+                    duplicate: true,
+                }))
+            } else {
+                Err(AppendError::EventConflict { event_id: request.event_id.clone(), exec_seq })
+            };
+        }
+
+        let head = self.read_head(exec)?;
+        let head_id = head.as_ref().map(|h| &h.event_id);
+        if head_id != request.prev_event_id.as_ref() {
+            return Err(AppendError::NotHead {
+                expected: head_id.cloned(),
+                got: request.prev_event_id.clone(),
+            });
+        }
+        let coverage = self.read_coverage(exec)?;
+        // Never-seen means no watermark and no coverage; only a genesis append needs to know.
+        if request.genesis && (coverage.is_some() || self.read_watermark(exec)?.is_some()) {
+            return Err(AppendError::InvalidInput(
+                "genesis is allowed only on an execution the store has never seen".into(),
+            ));
+        }
+        let exec_seq = match &head {
+            None => 1,
+            Some(h) => h.exec_seq.checked_add(1).ok_or_else(|| {
+                AppendError::InvalidInput("the execution has reached the largest sequence".into())
+            })?,
+        };
+        let coverage = if request.genesis {
+            CoverageChange::Raise(Coverage {
+                root_event_id: Some(request.event_id.clone()),
+                total: 1,
+                origin: Origin::Genesis,
+            })
+        } else {
+            per_event_coverage(coverage)
+        };
+        Ok(AppendPlan::Write(Effect {
+            execution_id: exec.clone(),
+            head_check: HeadCheck::Expect(head),
+            events: vec![ChainEvent {
+                execution_id: exec.clone(),
+                exec_seq,
+                event_id: request.event_id.clone(),
+                prev_event_id: request.prev_event_id.clone(),
+                parent_execution_id: request.parent_execution_id.clone(),
+                payload: request.payload.clone(),
+                commit_index: 0,
+            }],
+            watermark: Some(Watermark { first_seq: exec_seq, through_seq: exec_seq }),
+            coverage,
+        }))
+    }
+
+    /// Evaluates a replicated delivery. `Ok(None)`: the delivery is empty. A delivery that would
+    /// fork the chain is refused here, before it is proposed anywhere.
+    pub fn evaluate_replicated(
+        &self,
+        exec: &ExecutionId,
+        events: &[ChainEvent],
+    ) -> Result<Option<Effect>, ReplicateError> {
+        let Some(mut effect) = self.replicated_effect(exec, events)? else {
+            return Ok(None);
+        };
+        let applied = match self.stage_effect(&effect, 0) {
+            Ok((_, applied)) => applied,
+            Err(ApplyError::Forked(fork)) => return Err(ReplicateError::Forked(fork)),
+            Err(ApplyError::Storage(err)) => return Err(ReplicateError::Storage(err)),
+            Err(err) => return Err(ReplicateError::InvalidInput(err.to_string())),
+        };
+        // A delivery vouches for nothing about the execution's beginning: any coverage is
+        // revoked once it stores a new event (see `per_event_coverage` for why).
+        if applied.applied > 0 && self.read_coverage(exec)?.is_some() {
+            effect.coverage = CoverageChange::Drop;
+        }
+        Ok(Some(effect))
+    }
+
+    /// Validates a replicated delivery and resolves it into an effect, without reading state.
+    fn replicated_effect(
+        &self,
+        exec: &ExecutionId,
+        events: &[ChainEvent],
+    ) -> Result<Option<Effect>, ReplicateError> {
+        if events.len() > self.config.replicated_events_max {
+            return Err(ReplicateError::TooLarge(format!(
+                "{} events in one delivery, the limit is {}",
+                events.len(),
+                self.config.replicated_events_max
+            )));
+        }
+        for event in events {
+            if event.execution_id != *exec {
+                return Err(ReplicateError::InvalidInput(format!(
+                    "event {} belongs to execution {}, not {exec}",
+                    event.event_id, event.execution_id
+                )));
+            }
+            if event.exec_seq == 0 {
+                return Err(ReplicateError::InvalidInput(format!(
+                    "event {} has exec_seq 0; sequences start at 1",
+                    event.event_id
+                )));
+            }
+            self.checked_payload(&event.payload).map_err(ReplicateError::TooLarge)?;
+        }
+        let (Some(first_seq), Some(through_seq)) = (
+            events.iter().map(|e| e.exec_seq).min(),
+            events.iter().map(|e| e.exec_seq).max(),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Effect {
+            execution_id: exec.clone(),
+            head_check: HeadCheck::Any,
+            events: events.iter().map(|e| ChainEvent { commit_index: 0, ..e.clone() }).collect(),
+            watermark: Some(Watermark { first_seq, through_seq }),
+            coverage: CoverageChange::Keep,
+        }))
+    }
+
+    /// Evaluates a populate: orders the log by links, compares it with the stored chain position
+    /// by position, and resolves the outcome and its effects.
+    pub fn evaluate_populate(
+        &self,
+        exec: &ExecutionId,
+        log: &[LogEvent],
+    ) -> Result<PopulatePlan, PopulateError> {
+        if log.len() > self.config.populate_events_max {
+            return Err(PopulateError::TooLarge(format!(
+                "{} events in one populate, the limit is {}",
+                log.len(),
+                self.config.populate_events_max
+            )));
+        }
+        let mut seen = BTreeSet::new();
+        for event in log {
+            self.checked_payload(&event.payload).map_err(PopulateError::TooLarge)?;
+            if !seen.insert(&event.event_id) {
+                return Err(PopulateError::InvalidInput(format!(
+                    "event {} appears twice in the log",
+                    event.event_id
+                )));
+            }
+        }
+
+        let part = self.read_partition(exec)?;
+        let stored_len = part.head.as_ref().map_or(0, |h| h.exec_seq);
+        let revoke = |outcome: FromLog| PopulatePlan {
+            outcome,
+            effects: match part.coverage {
+                Some(_) => vec![Effect {
+                    execution_id: exec.clone(),
+                    head_check: HeadCheck::Expect(part.head.clone()),
+                    events: Vec::new(),
+                    watermark: None,
+                    coverage: CoverageChange::Drop,
+                }],
+                None => Vec::new(),
+            },
+        };
+
+        if log.is_empty() {
+            if stored_len > 0 {
+                return Ok(PopulatePlan {
+                    outcome: FromLog::StaleLog { stored_len, log_len: 0 },
+                    effects: Vec::new(),
+                });
+            }
+            let coverage = Coverage { root_event_id: None, total: 0, origin: Origin::Log };
+            let effect = Effect {
+                execution_id: exec.clone(),
+                head_check: HeadCheck::Expect(None),
+                events: Vec::new(),
+                watermark: Some(Watermark::EMPTY),
+                coverage: CoverageChange::Raise(coverage.clone()),
+            };
+            let unchanged = part.watermark == Some(Watermark::EMPTY)
+                && part.coverage.as_ref() == Some(&coverage);
+            return Ok(PopulatePlan {
+                outcome: FromLog::InSync { total: 0, appended: 0 },
+                effects: if unchanged { Vec::new() } else { vec![effect] },
+            });
+        }
+
+        let ordered = match order_by_links(log) {
+            Ok(ordered) => ordered,
+            Err(reason) => return Ok(revoke(FromLog::Refused { reason })),
+        };
+        let log_len = ordered.len() as u64;
+
+        // The stored chain must be a prefix of the log, position for position. A content
+        // conflict wins over length: a shorter log that disagrees is a divergence, not staleness.
+        for stored in &part.events {
+            let position = stored.exec_seq - 1;
+            let Some(logged) = usize::try_from(position).ok().and_then(|p| ordered.get(p)) else {
+                continue;
+            };
+            let same = stored.event_id == logged.event_id
+                && stored.prev_event_id == logged.prev_event_id
+                && stored.parent_execution_id == logged.parent_execution_id
+                && stored.payload == logged.payload;
+            if !same {
+                return Ok(revoke(FromLog::Diverged {
+                    at_position: position,
+                    stored: stored.event_id.clone(),
+                    log: logged.event_id.clone(),
+                }));
+            }
+        }
+        if stored_len > log_len {
+            return Ok(PopulatePlan {
+                outcome: FromLog::StaleLog { stored_len, log_len },
+                effects: Vec::new(),
+            });
+        }
+
+        let stored_seqs: BTreeSet<u64> = part.events.iter().map(|e| e.exec_seq).collect();
+        let missing: Vec<ChainEvent> = ordered
+            .iter()
+            .zip(1u64..)
+            .filter(|(_, seq)| !stored_seqs.contains(seq))
+            .map(|(logged, exec_seq)| ChainEvent {
+                execution_id: exec.clone(),
+                exec_seq,
+                event_id: logged.event_id.clone(),
+                prev_event_id: logged.prev_event_id.clone(),
+                parent_execution_id: logged.parent_execution_id.clone(),
+                payload: logged.payload.clone(),
+                commit_index: 0,
+            })
+            .collect();
+        let coverage = Coverage {
+            root_event_id: Some(ordered[0].event_id.clone()),
+            total: log_len,
+            origin: Origin::Log,
+        }
+        .raise(part.coverage.as_ref());
+        let watermark = Watermark { first_seq: 1, through_seq: log_len };
+        let outcome = FromLog::InSync { total: coverage.total, appended: missing.len() as u64 };
+
+        if missing.is_empty() {
+            let unchanged = part.coverage.as_ref() == Some(&coverage)
+                && Some(watermark.widen(part.watermark)) == part.watermark;
+            let effects = if unchanged {
+                Vec::new()
+            } else {
+                vec![Effect {
+                    execution_id: exec.clone(),
+                    head_check: HeadCheck::Expect(part.head.clone()),
+                    events: Vec::new(),
+                    watermark: Some(watermark),
+                    coverage: CoverageChange::Raise(coverage),
+                }]
+            };
+            return Ok(PopulatePlan { outcome, effects });
+        }
+
+        // Coverage rides with the first batch and the watermark with the last: a crash between
+        // batches leaves either no watermark or one that disagrees with the head, so the
+        // partition is refused until a later populate completes it.
+        let chunk_len = self.config.populate_batch_events_max.max(1);
+        let chunk_count = missing.len().div_ceil(chunk_len);
+        let mut head = part.head.clone();
+        let mut effects = Vec::with_capacity(chunk_count);
+        for (i, chunk) in missing.chunks(chunk_len).enumerate() {
+            let head_check = HeadCheck::Expect(head.clone());
+            if let Some(last) = chunk.iter().max_by_key(|e| e.exec_seq) {
+                if head.as_ref().is_none_or(|h| last.exec_seq > h.exec_seq) {
+                    head = Some(Head { exec_seq: last.exec_seq, event_id: last.event_id.clone() });
+                }
+            }
+            effects.push(Effect {
+                execution_id: exec.clone(),
+                head_check,
+                events: chunk.to_vec(),
+                watermark: (i + 1 == chunk_count).then_some(watermark),
+                coverage: if i == 0 {
+                    CoverageChange::Raise(coverage.clone())
+                } else {
+                    CoverageChange::Keep
+                },
+            });
+        }
+        Ok(PopulatePlan { outcome, effects })
+    }
+
+    /// Turns one effect into one write batch, reading the state it depends on. Writes nothing
+    /// itself. Refuses (and stages nothing) when the head precondition fails or when an event
+    /// would land on an occupied sequence with different content or repeat a known id at
+    /// another sequence.
+    pub fn stage_effect(
+        &self,
+        effect: &Effect,
+        commit_index: u64,
+    ) -> Result<(WriteBatch, Applied), ApplyError> {
+        let exec = &effect.execution_id;
+        let head = self.read_head(exec)?;
+        if let HeadCheck::Expect(expected) = &effect.head_check {
+            if *expected != head {
+                return Err(ApplyError::HeadMoved { expected: expected.clone(), found: head });
+            }
+        }
+
+        let mut batch = WriteBatch::new();
+        let mut applied = Applied::default();
+        let mut staged_by_seq: BTreeMap<u64, &ChainEvent> = BTreeMap::new();
+        let mut staged_by_id: BTreeMap<&EventId, u64> = BTreeMap::new();
+        let mut new_head = head.clone();
+        for event in &effect.events {
+            if event.execution_id != *exec {
+                return Err(ApplyError::Malformed(format!(
+                    "event {} of execution {} inside an effect on {exec}",
+                    event.event_id, event.execution_id
+                )));
+            }
+            let seq = event.exec_seq;
+            if seq == 0 {
+                return Err(ApplyError::Malformed(format!("event {} at seq 0", event.event_id)));
+            }
+            // Sequence first, then id, each against this effect's earlier events and then the
+            // store, so that the verdict does not depend on where the conflicting event lives.
+            let occupant = match staged_by_seq.get(&seq) {
+                Some(staged) => Some((*staged).clone()),
+                None => self.read_event_at(exec, seq)?,
+            };
+            if let Some(occupant) = occupant {
+                if occupant.same_content(event) {
+                    applied.duplicates += 1;
+                    staged_by_seq.insert(seq, event);
+                    staged_by_id.insert(&event.event_id, seq);
+                    continue;
+                }
+                return Err(ApplyError::Forked(Fork::SeqTaken {
+                    exec_seq: seq,
+                    stored: occupant.event_id,
+                    offered: event.event_id.clone(),
+                }));
+            }
+            let id_seq = match staged_by_id.get(&event.event_id) {
+                Some(staged_seq) => Some(*staged_seq),
+                None => self.read_id_index(exec, &event.event_id)?,
+            };
+            if let Some(stored_seq) = id_seq {
+                return Err(ApplyError::Forked(Fork::IdElsewhere {
+                    event_id: event.event_id.clone(),
+                    stored_seq,
+                    offered_seq: seq,
+                }));
+            }
+            let stored = ChainEvent { commit_index, ..event.clone() };
+            let payload = codec::payload_bytes(&stored.payload);
+            batch.put(keys::event(exec, seq), codec::encode_event(&stored, &payload));
+            batch.put(keys::id_index(exec, &event.event_id), codec::encode_seq(seq));
+            batch.put(keys::feed(commit_index, exec, seq), event.event_id.as_bytes());
+            applied.applied += 1;
+            staged_by_seq.insert(seq, event);
+            staged_by_id.insert(&event.event_id, seq);
+            if new_head.as_ref().is_none_or(|h| seq > h.exec_seq) {
+                new_head = Some(Head { exec_seq: seq, event_id: event.event_id.clone() });
+            }
+        }
+        if new_head != head {
+            if let Some(h) = &new_head {
+                batch.put(keys::head(exec), codec::encode_head(h));
+            }
+        }
+        if let Some(watermark) = effect.watermark {
+            let existing = self.read_watermark(exec)?;
+            let widened = watermark.widen(existing);
+            if Some(widened) != existing {
+                batch.put(keys::watermark(exec), codec::encode_watermark(&widened));
+            }
+        }
+        match &effect.coverage {
+            CoverageChange::Keep => {}
+            CoverageChange::Drop => batch.delete(keys::coverage(exec)),
+            CoverageChange::Raise(coverage) => {
+                let existing = self.read_coverage(exec)?;
+                let raised = coverage.clone().raise(existing.as_ref());
+                if Some(&raised) != existing.as_ref() {
+                    batch.put(keys::coverage(exec), codec::encode_coverage(&raised));
+                }
+            }
+        }
+        Ok((batch, applied))
+    }
+}
+
+/// The coverage change of an append without `genesis`. A genesis execution's total grows with
+/// its chain. Coverage from a log is dropped: the per-event path cannot prove its event is the log's, and a total left in
+/// place could be reached by events the log never held (after a populate interrupted between
+/// batches, say), which would create authority out of a failure.
+fn per_event_coverage(existing: Option<Coverage>) -> CoverageChange {
+    match existing {
+        Some(c) if c.origin == Origin::Genesis => CoverageChange::Raise(Coverage {
+            root_event_id: c.root_event_id,
+            total: c.total.saturating_add(1),
+            origin: Origin::Genesis,
+        }),
+        Some(_) => CoverageChange::Drop,
+        None => CoverageChange::Keep,
+    }
+}

@@ -1,0 +1,199 @@
+//! An in-memory engine for tests and deterministic simulations.
+//!
+//! It keeps durable and pending writes apart. Reads see every write; [`Engine::sync`] makes the
+//! pending writes durable; [`MemEngine::crash`] throws the pending ones away, as a power cut
+//! would. `crash_keeping(n)` keeps the first `n` pending batches, which models a write-ahead log
+//! recovered up to some point: a crash never tears a batch, and never keeps a later batch
+//! without the earlier ones. Faults can be scheduled: the Nth write or sync from now fails with an
+//! I/O error and changes nothing.
+//!
+//! Determinism: ordered maps only, no clock, no threads, no randomness. Clones share one store,
+//! so a simulation can hold a handle outside a node and "restart" the node on it.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Default)]
+struct State {
+    /// What survives a crash.
+    durable: Map,
+    /// What reads see: `durable` with every pending batch applied.
+    current: Map,
+    /// Batches written since the last sync, oldest first.
+    pending: Vec<WriteBatch>,
+    /// Writes still to go before the scheduled write failure (1 = the next write fails).
+    fail_write_in: Option<u64>,
+    /// Syncs still to go before the scheduled sync failure.
+    fail_sync_in: Option<u64>,
+    /// Every write from now on fails (a disk that went read-only).
+    fail_all_writes: bool,
+    /// Number of successful writes since creation.
+    writes_total: u64,
+}
+
+/// An in-memory [`Engine`] that can simulate crashes and I/O faults. Cheap to clone; clones share
+/// the same store.
+#[derive(Clone, Default)]
+pub struct MemEngine {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemEngine {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock can only come from a bug in this file; the state is
+        // still a consistent map, so recovering the guard is sound.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Simulates a crash: every write not yet synced is lost.
+    pub fn crash(&self) {
+        self.crash_keeping(0);
+    }
+
+    /// Simulates a crash after which the first `keep` unsynced batches survive (a write-ahead log
+    /// recovered up to that point). `keep` larger than the pending count keeps them all.
+    pub fn crash_keeping(&self, keep: usize) {
+        let mut state = self.lock();
+        let pending = std::mem::take(&mut state.pending);
+        for batch in pending.into_iter().take(keep) {
+            apply(&mut state.durable, &batch);
+        }
+        state.current = state.durable.clone();
+    }
+
+    /// Number of batches written since the last sync.
+    pub fn pending_batches(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Number of writes that succeeded since the engine was created.
+    pub fn writes_total(&self) -> u64 {
+        self.lock().writes_total
+    }
+
+    /// Makes the `n`th write from now fail (`n = 1`: the next one). The failing write changes
+    /// nothing; later writes succeed again.
+    pub fn fail_write_after(&self, n: u64) {
+        self.lock().fail_write_in = Some(n.max(1));
+    }
+
+    /// Makes the `n`th sync from now fail without making anything durable.
+    pub fn fail_sync_after(&self, n: u64) {
+        self.lock().fail_sync_in = Some(n.max(1));
+    }
+
+    /// Makes every write fail until [`MemEngine::clear_faults`].
+    pub fn fail_all_writes(&self) {
+        self.lock().fail_all_writes = true;
+    }
+
+    /// Cancels every scheduled fault.
+    pub fn clear_faults(&self) {
+        let mut state = self.lock();
+        state.fail_write_in = None;
+        state.fail_sync_in = None;
+        state.fail_all_writes = false;
+    }
+
+    /// Every key/value pair that reads see, in key order (for digests and debugging).
+    pub fn dump(&self) -> Vec<KeyValue> {
+        self.lock().current.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// Counts down a scheduled fault; true when it fires now.
+fn fault_fires(countdown: &mut Option<u64>) -> bool {
+    match countdown {
+        Some(1) => {
+            *countdown = None;
+            true
+        }
+        Some(n) => {
+            *n -= 1;
+            false
+        }
+        None => false,
+    }
+}
+
+fn apply(map: &mut Map, batch: &WriteBatch) {
+    for op in batch.ops() {
+        match op {
+            WriteOp::Put { key, value } => {
+                map.insert(key.clone(), value.clone());
+            }
+            WriteOp::Delete { key } => {
+                map.remove(key);
+            }
+            WriteOp::DeleteRange { start, end } => {
+                if start < end {
+                    let doomed: Vec<Vec<u8>> =
+                        map.range(start.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
+                    for key in doomed {
+                        map.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Engine for MemEngine {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.lock().current.get(key).cloned())
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let state = self.lock();
+        let range = state
+            .current
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .map(|(k, v)| (k.clone(), v.clone()));
+        Ok(match order {
+            ScanOrder::Forward => range.take(limit).collect(),
+            ScanOrder::Reverse => range.rev().take(limit).collect(),
+        })
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if state.fail_all_writes || fault_fires(&mut state.fail_write_in) {
+            return Err(StorageError::Io("injected write failure".into()));
+        }
+        apply(&mut state.current, &batch);
+        state.pending.push(batch);
+        state.writes_total += 1;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        if fault_fires(&mut state.fail_sync_in) {
+            return Err(StorageError::Io("injected sync failure".into()));
+        }
+        let pending = std::mem::take(&mut state.pending);
+        for batch in &pending {
+            apply(&mut state.durable, batch);
+        }
+        Ok(())
+    }
+}

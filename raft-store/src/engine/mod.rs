@@ -1,0 +1,185 @@
+//! The storage engine: the narrow interface the chain store (and, later, the Raft storage) is
+//! written against.
+//!
+//! An engine is an ordered byte-key map with four operations: a point get, an ordered range scan
+//! (forward or reverse, bounded by a limit), an atomic write batch, and `sync`, which makes every
+//! write issued before it durable. Two implementations pass one conformance suite
+//! (`tests/engine_conformance.rs`): [`RocksEngine`] for production and [`MemEngine`] for tests and
+//! simulations, which can lose unsynced writes and fail chosen writes. [`CountingEngine`] wraps
+//! either and counts operations, which is how the cost rules of SPEC §3 are tested.
+
+mod counting;
+mod memory;
+mod rocks;
+
+pub use counting::{CountingEngine, OpCounts};
+pub use memory::MemEngine;
+pub use rocks::{RocksEngine, RocksOptions};
+
+/// An error from the storage layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The engine could not read or write (disk error, injected fault, closed database).
+    #[error("storage I/O error: {0}")]
+    Io(String),
+    /// Bytes read back from the engine do not decode; the store refuses to guess.
+    #[error("stored data is corrupted: {0}")]
+    Corrupted(String),
+}
+
+/// One key/value pair as returned by a scan.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// The order in which a scan walks its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanOrder {
+    /// Ascending key order.
+    Forward,
+    /// Descending key order.
+    Reverse,
+}
+
+/// One change inside a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key written.
+        key: Vec<u8>,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// Removes `key` (a no-op when absent).
+    Delete {
+        /// The key removed.
+        key: Vec<u8>,
+    },
+    /// Removes every key in `[start, end)`.
+    DeleteRange {
+        /// First key removed.
+        start: Vec<u8>,
+        /// First key kept after the range.
+        end: Vec<u8>,
+    },
+}
+
+/// A list of changes applied atomically, in order: after a crash either all of them are visible
+/// or none is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::Put { key: key.into(), value: value.into() });
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::Delete { key: key.into() });
+    }
+
+    /// Adds a range delete of `[start, end)`.
+    pub fn delete_range(&mut self, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::DeleteRange { start: start.into(), end: end.into() });
+    }
+
+    /// Appends every op of `other`, keeping their order.
+    pub fn extend(&mut self, other: WriteBatch) {
+        self.ops.extend(other.ops);
+    }
+
+    /// The ops in application order.
+    pub fn ops(&self) -> &[WriteOp] {
+        &self.ops
+    }
+
+    /// True when the batch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Number of ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+/// An ordered byte-key store with atomic batches.
+///
+/// Contract (checked by the conformance suite):
+/// - a write is visible to reads as soon as `write` returns, durable only after a later `sync`
+///   (or `write_durable`) returns;
+/// - a batch is atomic, also across a crash;
+/// - a scan returns pairs in the requested key order, at most `limit` of them, from one
+///   point-in-time view of the store;
+/// - a failed `write` changes nothing.
+pub trait Engine: Send + Sync + 'static {
+    /// Reads one key.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Reads the keys in `[start, end)` in `order`, at most `limit` of them.
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError>;
+
+    /// Applies `batch` atomically.
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError>;
+
+    /// Makes every write that returned before this call durable.
+    fn sync(&self) -> Result<(), StorageError>;
+
+    /// Applies `batch` atomically and makes it durable before returning.
+    fn write_durable(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        self.write(batch)?;
+        self.sync()
+    }
+}
+
+impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        (**self).get(key)
+    }
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        (**self).scan(start, end, order, limit)
+    }
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        (**self).write(batch)
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        (**self).sync()
+    }
+    fn write_durable(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        (**self).write_durable(batch)
+    }
+}
+
+/// The smallest key strictly greater than every key that starts with `prefix`, or `None` when no
+/// such key exists (the prefix is all `0xff`). Used to turn a prefix into a half-open range.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}

@@ -1,0 +1,20 @@
+//! `raft-store`: the execution-partitioned chain store and the storage engines under it.
+//!
+//! - [`engine`]: the [`Engine`] trait (point get, ordered scan, atomic batch, sync) and its
+//!   implementations: [`RocksEngine`] (production), [`MemEngine`] (tests and simulations; loses
+//!   unsynced writes on a simulated crash, fails chosen writes), [`CountingEngine`] (counts
+//!   operations to test the cost rules).
+//! - [`ChainStore`]: the rules of SPEC §4 over any engine: `append`, `apply_replicated`,
+//!   `populate_from_log`, the guarded read `chain_if_authoritative` and the other reads. Writes are
+//!   evaluated into [`Effect`]s and applied as one atomic batch each.
+//! - [`ExecutionId`], [`EventId`]: validated ids; nothing unvalidated reaches storage.
+//!
+//! This crate knows nothing about HTTP or Raft transport.
+
+mod chain;
+pub mod engine;
+mod ids;
+
+pub use chain::*;
+pub use engine::{CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError};
+pub use ids::{validate_id, EventId, ExecutionId, InvalidId, ID_BYTES_MAX};

@@ -1,0 +1,25 @@
+# Shared by the scripts: installs the system packages the build needs when they are missing.
+# The rocksdb crate generates its bindings with bindgen, which loads libclang at build time.
+
+have_libclang() {
+  ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' && return 0
+  compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null
+}
+
+ensure_build_prereqs() {
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is not installed: install Rust from https://rustup.rs first" >&2
+    exit 1
+  fi
+  local missing=()
+  have_libclang || missing+=(clang libclang-dev)
+  command -v c++ >/dev/null 2>&1 || missing+=(g++)
+  command -v make >/dev/null 2>&1 || missing+=(make)
+  if [ ${#missing[@]} -gt 0 ]; then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing ${missing[*]}" >&2
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+  fi
+}
