@@ -1,1 +1,24 @@
-//! Placeholder: the cluster server is specified in SPEC §5–§6 and not built yet.
+//! `chainstore-node`: one member of a chainstore cluster.
+//!
+//! - [`node`]: [`Node`] — Raft, the chain store it applies to, and the leader-side write path
+//!   (latches, readiness, evaluation, proposal) and read barriers.
+//! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
+//!   endpoints.
+//! - [`network`]: openraft's RPCs over a [`transport::Transport`] (reqwest in production).
+//! - [`config`], [`metrics`], [`latch`]: configuration, Prometheus metrics, per-execution latches.
+//!
+//! This crate knows nothing about key encodings: storage is `raft-store`'s.
+
+pub mod api;
+pub mod config;
+pub mod latch;
+pub mod metrics;
+pub mod network;
+pub mod node;
+pub mod raft_api;
+pub mod transport;
+
+pub use api::app;
+pub use config::{Limits, NodeConfig, RaftTimings};
+pub use node::{Consistency, Leader, Node, StartError};
+pub use transport::{ReqwestTransport, Transport, TransportError};

@@ -7,13 +7,16 @@
 //! - [`ChainStore`]: the rules of SPEC §4 over any engine: `append`, `apply_replicated`,
 //!   `populate_from_log`, the guarded read `chain_if_authoritative` and the other reads. Writes are
 //!   evaluated into [`Effect`]s and applied as one atomic batch each.
+//! - [`raft`]: the openraft log store and state machine over the same engine: each committed
+//!   entry's effect and its log id in one batch; snapshots from one point-in-time scan.
 //! - [`ExecutionId`], [`EventId`]: validated ids; nothing unvalidated reaches storage.
 //!
-//! This crate knows nothing about HTTP or Raft transport.
+//! This crate knows nothing about HTTP or the Raft network.
 
 mod chain;
 pub mod engine;
 mod ids;
+pub mod raft;
 
 pub use chain::*;
 pub use engine::{CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError};

@@ -1,0 +1,127 @@
+//! `/v1/cluster...`: status and membership.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use openraft::ServerState;
+use raft_store::raft::NodeId;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::extract::{parse_json, read_body};
+use super::forward::forward;
+use crate::node::{MembershipError, Node};
+
+fn state_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// `GET /v1/cluster` — this node's view of the cluster.
+pub async fn status(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+    let nodes: BTreeMap<String, String> =
+        membership.nodes().map(|(id, n)| (id.to_string(), n.addr.clone())).collect();
+    Json(json!({
+        "node_id": node.id(),
+        "state": state_name(m.state),
+        "leader_id": m.current_leader,
+        "term": m.current_term,
+        "voters": voters,
+        "learners": learners,
+        "nodes": nodes,
+        "last_log_index": m.last_log_index.unwrap_or(0),
+        "last_applied": m.last_applied.as_ref().map_or(0, |id| id.index),
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InitBody {
+    nodes: BTreeMap<NodeId, String>,
+}
+
+/// `POST /v1/cluster/init` — on one fresh node.
+pub async fn init(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
+        let request: InitBody = parse_json(&bytes)?;
+        if request.nodes.is_empty() || request.nodes.values().any(|addr| addr.is_empty()) {
+            return Err(ApiError::InvalidInput("nodes must map at least one node id to an address".into()));
+        }
+        node.initialize(request.nodes).await?;
+        Ok(Json(json!({ "initialized": true })).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LearnerBody {
+    node_id: NodeId,
+    addr: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VotersBody {
+    voters: BTreeSet<NodeId>,
+}
+
+/// Runs a membership change on the leader, forwarding when this node is not it.
+async fn membership<T, F, Fut>(node: Arc<Node>, uri: Uri, headers: HeaderMap, body: Body, run: F) -> Response
+where
+    T: serde::de::DeserializeOwned,
+    F: FnOnce(Arc<Node>, T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), MembershipError>>,
+{
+    let outcome = async {
+        let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
+        let request: T = parse_json(&bytes)?;
+        match run(Arc::clone(&node), request).await {
+            Ok(()) => Ok(Json(json!({ "ok": true })).into_response()),
+            Err(MembershipError::NotLeader(leader)) => {
+                Ok(forward(&node, leader, Method::POST, &uri, &headers, bytes).await)
+            }
+            Err(err) => Err(ApiError::from(err)),
+        }
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/cluster/learners` — `{node_id, addr}`; returns once the learner caught up.
+pub async fn add_learner(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    membership(node, uri, headers, body, |node, request: LearnerBody| async move {
+        if request.addr.is_empty() {
+            return Err(MembershipError::Invalid("addr must not be empty".into()));
+        }
+        node.add_learner(request.node_id, request.addr).await
+    })
+    .await
+}
+
+/// `POST /v1/cluster/voters` — `{voters: [ids]}`: the complete new voter set.
+pub async fn change_voters(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    membership(node, uri, headers, body, |node, request: VotersBody| async move {
+        if request.voters.is_empty() {
+            return Err(MembershipError::Invalid("voters must not be empty".into()));
+        }
+        node.change_voters(request.voters).await
+    })
+    .await
+}

@@ -1,0 +1,179 @@
+//! [`ApiError`]: every error the HTTP API answers, mapped to a status, a code and a JSON body
+//! `{"error": code, "message": ..., ...fields}`. Internals never leak beyond the message.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use raft_store::raft::Rejection;
+use raft_store::{AppendError, EventId, PopulateError, ReplicateError, StorageError};
+use serde_json::{json, Map, Value};
+
+use crate::node::{MembershipError, ReadError, WriteError};
+
+/// An error answer of the HTTP API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    /// 400: the request breaks a rule of the data model or of the API.
+    InvalidInput(String),
+    /// 401: a missing or wrong credential.
+    Unauthorized(String),
+    /// 404: no such route, event or resource.
+    NotFound(String),
+    /// 409: `prev_event_id` is not the head.
+    NotHead {
+        /// The current head.
+        expected: Option<EventId>,
+        /// The `prev_event_id` sent.
+        got: Option<EventId>,
+    },
+    /// 409: the event id is stored with different content.
+    EventConflict {
+        /// The event id.
+        event_id: EventId,
+        /// Where it is stored.
+        exec_seq: u64,
+    },
+    /// 409: the write would fork a chain.
+    Forked(String),
+    /// 413: the body or a payload is too large.
+    TooLarge(String),
+    /// 503: no leader is known or reachable. Retryable.
+    NoLeader(String),
+    /// 503: the cluster could not answer in time. Retryable.
+    Unavailable {
+        /// What happened.
+        message: String,
+        /// The node's applied index, when it matters (a lagging local read).
+        applied_index: Option<u64>,
+    },
+    /// 500: stored data is damaged; the node refuses to guess.
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 503 `unavailable` without an applied index.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::Unavailable { message: message.into(), applied_index: None }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, String, Map<String, Value>) {
+        let mut fields = Map::new();
+        let (status, code, message) = match self {
+            ApiError::InvalidInput(m) => (StatusCode::BAD_REQUEST, "invalid_input", m.clone()),
+            ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m.clone()),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
+            ApiError::NotHead { expected, got } => {
+                fields.insert("expected".into(), json!(expected));
+                fields.insert("got".into(), json!(got));
+                (StatusCode::CONFLICT, "not_head", "prev_event_id is not the head of the execution".into())
+            }
+            ApiError::EventConflict { event_id, exec_seq } => {
+                fields.insert("event_id".into(), json!(event_id));
+                fields.insert("exec_seq".into(), json!(exec_seq));
+                (
+                    StatusCode::CONFLICT,
+                    "event_conflict",
+                    format!("event {event_id} is already stored at seq {exec_seq} with different content"),
+                )
+            }
+            ApiError::Forked(m) => (StatusCode::CONFLICT, "forked", m.clone()),
+            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
+            ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
+            ApiError::Unavailable { message, applied_index } => {
+                if let Some(index) = applied_index {
+                    fields.insert("applied_index".into(), json!(index));
+                }
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", message.clone())
+            }
+            ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m.clone()),
+        };
+        (status, code, message, fields)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message, mut fields) = self.parts();
+        fields.insert("error".into(), json!(code));
+        fields.insert("message".into(), json!(message));
+        let mut response = (status, axum::Json(Value::Object(fields))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(err: StorageError) -> Self {
+        match err {
+            StorageError::Io(m) => ApiError::unavailable(format!("storage I/O error: {m}")),
+            StorageError::Corrupted(m) => ApiError::Internal(format!("stored data is corrupted: {m}")),
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(rejection: Rejection) -> Self {
+        match rejection {
+            Rejection::Forked(fork) => ApiError::Forked(format!("the write would fork the chain: {fork:?}")),
+            Rejection::HeadMoved { .. } => {
+                ApiError::unavailable("the execution changed while the write was applied; retry it")
+            }
+            Rejection::Malformed(m) => ApiError::Internal(format!("the leader proposed a malformed effect: {m}")),
+        }
+    }
+}
+
+impl From<WriteError> for ApiError {
+    fn from(err: WriteError) -> Self {
+        match err {
+            WriteError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
+            WriteError::Append(err) => match err {
+                AppendError::InvalidInput(m) => ApiError::InvalidInput(m),
+                AppendError::TooLarge(m) => ApiError::TooLarge(m),
+                AppendError::NotHead { expected, got } => ApiError::NotHead { expected, got },
+                AppendError::EventConflict { event_id, exec_seq } => ApiError::EventConflict { event_id, exec_seq },
+                AppendError::Forked(fork) => ApiError::Forked(format!("the write would fork the chain: {fork:?}")),
+                AppendError::HeadMoved => ApiError::unavailable("the execution changed under the write; retry it"),
+                AppendError::Storage(err) => err.into(),
+            },
+            WriteError::Populate(err) => match err {
+                PopulateError::InvalidInput(m) => ApiError::InvalidInput(m),
+                PopulateError::TooLarge(m) => ApiError::TooLarge(m),
+                PopulateError::HeadMoved => ApiError::unavailable("the execution changed under the populate; retry it"),
+                PopulateError::Forked(fork) => ApiError::Forked(format!("the populate would fork the chain: {fork:?}")),
+                PopulateError::Storage(err) => err.into(),
+            },
+            WriteError::Replicate(err) => match err {
+                ReplicateError::InvalidInput(m) => ApiError::InvalidInput(m),
+                ReplicateError::TooLarge(m) => ApiError::TooLarge(m),
+                ReplicateError::Forked(fork) => ApiError::Forked(format!("the delivery would fork the chain: {fork:?}")),
+                ReplicateError::Storage(err) => err.into(),
+            },
+            WriteError::Rejected(rejection) => rejection.into(),
+            WriteError::Unavailable(m) => ApiError::unavailable(m),
+            WriteError::Storage(err) => err.into(),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(err: ReadError) -> Self {
+        match err {
+            ReadError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
+            ReadError::Unavailable { message, applied_index } => {
+                ApiError::Unavailable { message, applied_index: Some(applied_index) }
+            }
+        }
+    }
+}
+
+impl From<MembershipError> for ApiError {
+    fn from(err: MembershipError) -> Self {
+        match err {
+            MembershipError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
+            MembershipError::Invalid(m) => ApiError::InvalidInput(m),
+            MembershipError::Unavailable(m) => ApiError::unavailable(m),
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! Request parsing that answers in the API's error format: bodies read within a limit, JSON and
+//! query strings decoded with a precise 400, ids validated before anything touches storage.
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, Uri};
+use raft_store::{EventId, ExecutionId};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// Reads a whole body, refusing more than `limit` bytes.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::TooLarge(format!("the body exceeds the limit of {limit} bytes")));
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::TooLarge(format!("the body exceeds the limit of {limit} bytes or was cut short")))
+}
+
+/// Decodes a JSON body.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::InvalidInput("the request needs a JSON body".into()));
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidInput(format!("malformed JSON body: {e}")))
+}
+
+/// Decodes the query string.
+pub fn parse_query<T: DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
+    axum::extract::Query::<T>::try_from_uri(uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::InvalidInput(format!("malformed query string: {}", e.body_text())))
+}
+
+/// Validates an execution id from the path.
+pub fn execution_id(raw: &str) -> Result<ExecutionId, ApiError> {
+    ExecutionId::new(raw).map_err(|e| ApiError::InvalidInput(format!("bad execution id: {e}")))
+}
+
+/// Validates an event id from the path.
+pub fn event_id(raw: &str) -> Result<EventId, ApiError> {
+    EventId::new(raw).map_err(|e| ApiError::InvalidInput(format!("bad event id: {e}")))
+}
+
+/// Compares two secrets in time independent of where they differ.
+pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

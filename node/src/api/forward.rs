@@ -1,0 +1,80 @@
+//! Forwarding: a node that is not the leader passes writes (and linearizable reads) to the
+//! leader and relays its answer unchanged, adding `x-chainstore-leader`. A forwarded request is
+//! never forwarded again: a second hop means the cluster's view of its leader is in flux, and the
+//! client gets a retryable `no_leader`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use crate::node::{Leader, Node};
+
+/// Names the leader on every write response.
+pub const LEADER_HEADER: &str = "x-chainstore-leader";
+/// Marks a request forwarded by another node.
+pub const FORWARDED_HEADER: &str = "x-chainstore-forwarded";
+
+/// Headers copied from the client's request to the forwarded one, and back from the leader's
+/// answer.
+const REQUEST_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, header::CONTENT_TYPE];
+const RESPONSE_HEADERS: [HeaderName; 3] =
+    [header::CONTENT_TYPE, header::RETRY_AFTER, HeaderName::from_static(LEADER_HEADER)];
+
+/// Sends the request to `leader` and relays its answer.
+pub async fn forward(
+    node: &Arc<Node>,
+    leader: Option<Leader>,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    if headers.contains_key(FORWARDED_HEADER) {
+        return ApiError::NoLeader("the node this request was forwarded to is not the leader".into())
+            .into_response();
+    }
+    let Some(leader) = leader.filter(|l| l.id != node.id()) else {
+        return ApiError::NoLeader("no leader is known; retry shortly".into()).into_response();
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let mut request = http::Request::builder().method(method).uri(format!("http://{}{path}", leader.addr));
+    for name in &REQUEST_HEADERS {
+        if let Some(value) = headers.get(name) {
+            request = request.header(name, value);
+        }
+    }
+    request = request.header(FORWARDED_HEADER, node.id().to_string());
+    let request = match request.body(body) {
+        Ok(request) => request,
+        Err(err) => return ApiError::InvalidInput(format!("cannot forward the request: {err}")).into_response(),
+    };
+    let answer = match node.transport().send(request, node.config().limits.forward_timeout).await {
+        Ok(answer) => answer,
+        Err(err) => {
+            return ApiError::unavailable(format!("the leader (node {}) did not answer: {err}", leader.id))
+                .into_response()
+        }
+    };
+    let (parts, body) = answer.into_parts();
+    let mut response = (parts.status, body).into_response();
+    for name in &RESPONSE_HEADERS {
+        if let Some(value) = parts.headers.get(name) {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    set_leader_header(&mut response, leader.id);
+    response
+}
+
+/// Adds `x-chainstore-leader` unless the answer already carries it.
+pub fn set_leader_header(response: &mut Response, leader_id: u64) {
+    let name = HeaderName::from_static(LEADER_HEADER);
+    if !response.headers().contains_key(&name) {
+        if let Ok(value) = HeaderValue::from_str(&leader_id.to_string()) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! `/healthz`, `/readyz`, `/metrics`: open to probes, no credentials.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::node::Node;
+
+/// How far a node's applied index may trail its log and still be ready.
+pub const READY_APPLY_LAG_MAX: u64 = 1_000;
+
+/// Liveness: the process serves HTTP.
+pub async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Readiness: a leader is known and this node has applied (nearly) all of its log.
+pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let applied = m.last_applied.as_ref().map_or(0, |id| id.index);
+    let last_log = m.last_log_index.unwrap_or(0);
+    let lag = last_log.saturating_sub(applied);
+    let body = json!({
+        "leader_id": m.current_leader,
+        "last_log_index": last_log,
+        "last_applied": applied,
+    });
+    if m.current_leader.is_some() && lag <= READY_APPLY_LAG_MAX {
+        (StatusCode::OK, Json(body)).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    }
+}
+
+/// Prometheus text exposition.
+pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    let text = node.metrics().render(node.id(), &node.raft_metrics());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

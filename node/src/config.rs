@@ -1,0 +1,130 @@
+//! The node's configuration: identity, secrets, limits and Raft timings. `main.rs` fills it from
+//! flags, environment and an optional TOML file; tests build it directly.
+
+use std::time::Duration;
+
+use raft_store::raft::NodeId;
+
+/// Limits at the edge. Every one has a name and a unit.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body accepted.
+    pub body_bytes_max: usize,
+    /// Largest Raft RPC body accepted (a batch of entries or a snapshot chunk).
+    pub raft_body_bytes_max: usize,
+    /// Largest event payload accepted, as encoded JSON.
+    pub payload_bytes_max: usize,
+    /// Requests served at once; more wait in the queue.
+    pub concurrency_max: usize,
+    /// Deadline of one client request, end to end.
+    pub request_timeout: Duration,
+    /// How long a write waits for this node to become a ready leader, and for its entry to apply.
+    pub write_timeout: Duration,
+    /// How long a read with `min_index` waits for the node to apply that far.
+    pub min_index_wait: Duration,
+    /// Deadline of one forwarded request to the leader.
+    pub forward_timeout: Duration,
+    /// Deadline of one Raft RPC (openraft's hard TTL governs; this bounds connection set-up).
+    pub rpc_connect_timeout: Duration,
+    /// Most changes one `/v1/changes` page returns.
+    pub changes_page_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes_max: 16 << 20,
+            raft_body_bytes_max: 256 << 20,
+            payload_bytes_max: 1 << 20,
+            concurrency_max: 1024,
+            request_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(5),
+            min_index_wait: Duration::from_secs(5),
+            forward_timeout: Duration::from_secs(8),
+            rpc_connect_timeout: Duration::from_secs(1),
+            changes_page_max: 10_000,
+        }
+    }
+}
+
+/// Raft timings and log retention.
+#[derive(Debug, Clone)]
+pub struct RaftTimings {
+    /// Interval between leader heartbeats.
+    pub heartbeat: Duration,
+    /// Shortest election timeout.
+    pub election_min: Duration,
+    /// Longest election timeout.
+    pub election_max: Duration,
+    /// A snapshot is built after this many entries since the last one.
+    pub snapshot_after_entries: u64,
+    /// Entries kept in the log behind a snapshot, so a briefly lagging follower catches up from
+    /// the log rather than a snapshot.
+    pub log_entries_kept: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_millis(100),
+            election_min: Duration::from_millis(500),
+            election_max: Duration::from_millis(1000),
+            snapshot_after_entries: 20_000,
+            log_entries_kept: 5_000,
+        }
+    }
+}
+
+/// Everything a node needs to run.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id in the cluster.
+    pub id: NodeId,
+    /// The `host:port` peers and forwarding nodes use to reach this node.
+    pub advertise_addr: String,
+    /// Shared secret every `/raft/*` request must carry.
+    pub cluster_secret: String,
+    /// Bearer tokens accepted on the client API; empty: no client authentication.
+    pub client_tokens: Vec<String>,
+    /// Limits at the edge.
+    pub limits: Limits,
+    /// Raft timings.
+    pub raft: RaftTimings,
+}
+
+impl NodeConfig {
+    /// A configuration with default limits and timings.
+    pub fn new(id: NodeId, advertise_addr: impl Into<String>, cluster_secret: impl Into<String>) -> Self {
+        Self {
+            id,
+            advertise_addr: advertise_addr.into(),
+            cluster_secret: cluster_secret.into(),
+            client_tokens: Vec::new(),
+            limits: Limits::default(),
+            raft: RaftTimings::default(),
+        }
+    }
+
+    /// The openraft configuration, every option spelled out.
+    pub fn openraft_config(&self) -> Result<openraft::Config, openraft::ConfigError> {
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let config = openraft::Config {
+            cluster_name: "chainstore".to_string(),
+            heartbeat_interval: millis(self.raft.heartbeat),
+            election_timeout_min: millis(self.raft.election_min),
+            election_timeout_max: millis(self.raft.election_max),
+            install_snapshot_timeout: 10_000,
+            max_payload_entries: 64,
+            replication_lag_threshold: 5_000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_after_entries),
+            snapshot_max_chunk_size: 4 << 20,
+            max_in_snapshot_log_to_keep: self.raft.log_entries_kept,
+            purge_batch_size: 1_024,
+            enable_tick: true,
+            enable_heartbeat: true,
+            enable_elect: true,
+            ..Default::default()
+        };
+        config.validate()
+    }
+}

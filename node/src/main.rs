@@ -1,0 +1,160 @@
+//! `chainstore-node`: runs one cluster member.
+//!
+//! Configuration comes from flags, then environment variables (`CHAINSTORE_*`), then an optional
+//! TOML file (`--config`), in that order of precedence.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainstore_node::{app, Node, NodeConfig, ReqwestTransport};
+use clap::Parser;
+use raft_store::{Engine, RocksEngine, RocksOptions};
+use serde::Deserialize;
+
+#[derive(Debug, Parser)]
+#[command(name = "chainstore-node", version, about = "Runs one chainstore cluster node.")]
+struct Cli {
+    /// TOML file with defaults for any of the options below.
+    #[arg(long, env = "CHAINSTORE_CONFIG")]
+    config: Option<PathBuf>,
+    /// This node's id (a positive integer, unique in the cluster).
+    #[arg(long, env = "CHAINSTORE_ID")]
+    id: Option<u64>,
+    /// Address to listen on.
+    #[arg(long, env = "CHAINSTORE_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// The `host:port` other nodes use to reach this one (default: the listen address).
+    #[arg(long, env = "CHAINSTORE_ADVERTISE")]
+    advertise: Option<String>,
+    /// Directory of the RocksDB database.
+    #[arg(long, env = "CHAINSTORE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Shared secret of the cluster's Raft RPCs.
+    #[arg(long, env = "CHAINSTORE_CLUSTER_SECRET", hide_env_values = true)]
+    cluster_secret: Option<String>,
+    /// Comma-separated bearer tokens accepted on the client API (none: no client auth).
+    #[arg(long, env = "CHAINSTORE_CLIENT_TOKENS", hide_env_values = true, value_delimiter = ',')]
+    client_tokens: Option<Vec<String>>,
+    /// Log format: text or json.
+    #[arg(long, env = "CHAINSTORE_LOG_FORMAT")]
+    log_format: Option<String>,
+}
+
+/// The TOML file: the same options, all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    id: Option<u64>,
+    listen: Option<SocketAddr>,
+    advertise: Option<String>,
+    data_dir: Option<PathBuf>,
+    cluster_secret: Option<String>,
+    client_tokens: Option<Vec<String>>,
+    log_format: Option<String>,
+}
+
+struct Settings {
+    node: NodeConfig,
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    log_format: String,
+}
+
+fn settings(cli: Cli) -> Result<Settings, String> {
+    let file: FileConfig = match &cli.config {
+        None => FileConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?
+        }
+    };
+    let id = cli.id.or(file.id).ok_or("--id is required")?;
+    if id == 0 {
+        return Err("--id must be a positive integer".into());
+    }
+    let listen = cli.listen.or(file.listen).ok_or("--listen is required")?;
+    let advertise = cli.advertise.or(file.advertise).unwrap_or_else(|| listen.to_string());
+    let data_dir = cli.data_dir.or(file.data_dir).ok_or("--data-dir is required")?;
+    let secret = cli.cluster_secret.or(file.cluster_secret).ok_or("--cluster-secret is required")?;
+    if secret.len() < 8 {
+        return Err("the cluster secret must be at least 8 characters".into());
+    }
+    let mut node = NodeConfig::new(id, advertise, secret);
+    node.client_tokens = cli.client_tokens.or(file.client_tokens).unwrap_or_default();
+    node.client_tokens.retain(|t| !t.is_empty());
+    let log_format = cli.log_format.or(file.log_format).unwrap_or_else(|| "text".into());
+    Ok(Settings { node, listen, data_dir, log_format })
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => return interrupt.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await.unwrap_or(());
+}
+
+async fn run(settings: Settings) -> Result<(), String> {
+    let engine = RocksEngine::open(&RocksOptions::new(&settings.data_dir))
+        .map_err(|e| format!("cannot open the database at {}: {e}", settings.data_dir.display()))?;
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+    let transport = ReqwestTransport::new(settings.node.limits.rpc_connect_timeout).map_err(|e| e.to_string())?;
+    let node = Node::start(settings.node, engine, Arc::new(transport)).await.map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    tracing::info!(node_id = node.id(), listen = %settings.listen, "chainstore-node serving");
+    let served = axum::serve(listener, app(Arc::clone(&node))).with_graceful_shutdown(shutdown_signal()).await;
+    tracing::info!("shutting down");
+    // In-flight requests have finished; stop Raft so the log and state machine close cleanly.
+    let _ = tokio::time::timeout(Duration::from_secs(5), node.shutdown()).await;
+    served.map_err(|e| format!("server error: {e}"))
+}
+
+fn main() -> std::process::ExitCode {
+    let settings = match settings(Cli::parse()) {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("chainstore-node: {message}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    init_logging(&settings.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("chainstore-node: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(settings)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("chainstore-node: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The Raft network: openraft's RPCs as HTTP POSTs to `/raft/*` through a [`Transport`], each
+//! carrying the cluster secret and bounded by openraft's deadline.
+//!
+//! Append and vote travel as JSON. A snapshot chunk travels as
+//! `header_len u32 BE ++ JSON header (the request without its data) ++ raw data`, so the
+//! chunk's bytes are not inflated into a JSON array.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use raft_store::raft::{NodeId, TypeConfig};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::transport::{Transport, TransportError};
+
+/// Header that carries the cluster secret on every Raft RPC.
+pub const SECRET_HEADER: &str = "x-chainstore-secret";
+
+/// Creates one [`PeerClient`] per peer.
+#[derive(Clone)]
+pub struct Network {
+    transport: Arc<dyn Transport>,
+    secret: Arc<str>,
+}
+
+impl Network {
+    /// A network over `transport` that authenticates with `secret`.
+    pub fn new(transport: Arc<dyn Transport>, secret: Arc<str>) -> Self {
+        Self { transport, secret }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            transport: Arc::clone(&self.transport),
+            secret: Arc::clone(&self.secret),
+        }
+    }
+}
+
+/// The RPC client for one peer.
+pub struct PeerClient {
+    target: NodeId,
+    addr: String,
+    transport: Arc<dyn Transport>,
+    secret: Arc<str>,
+}
+
+/// Why an exchange failed before a Raft answer could be decoded.
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("peer answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("undecodable answer: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("request could not be built: {0}")]
+    Build(#[from] http::Error),
+}
+
+impl PeerClient {
+    async fn exchange(&self, path: &str, body: Bytes, option: &RPCOption) -> Result<Bytes, ExchangeError> {
+        let request = http::Request::post(format!("http://{}{path}", self.addr))
+            .header(SECRET_HEADER, &*self.secret)
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body)?;
+        let response = self.transport.send(request, option.hard_ttl()).await?;
+        if !response.status().is_success() {
+            let body = String::from_utf8_lossy(response.body()).chars().take(200).collect();
+            return Err(ExchangeError::Status { status: response.status().as_u16(), body });
+        }
+        Ok(response.into_body())
+    }
+
+    /// Sends one RPC and decodes the peer's `Result`, classifying failures the way openraft's
+    /// back-off expects: an unreachable peer is `Unreachable`, everything else `Network`.
+    async fn call<Resp, Err>(
+        &self,
+        path: &str,
+        body: Bytes,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, Err>>
+    where
+        Resp: DeserializeOwned,
+        Err: std::error::Error + DeserializeOwned,
+    {
+        let answer = match self.exchange(path, body, option).await {
+            Ok(answer) => answer,
+            Err(ExchangeError::Transport(err @ TransportError::Unreachable(_))) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&err)))
+            }
+            Err(err) => return Err(RPCError::Network(NetworkError::new(&err))),
+        };
+        let decoded: Result<Resp, Err> = serde_json::from_slice(&answer)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+fn json<T: Serialize, E: std::error::Error>(value: &T) -> Result<Bytes, RPCError<NodeId, BasicNode, E>> {
+    serde_json::to_vec(value).map(Bytes::from).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+}
+
+/// Frames a snapshot chunk: a JSON header without the data, then the raw data.
+pub fn encode_snapshot_chunk(request: &InstallSnapshotRequest<TypeConfig>) -> Result<Bytes, serde_json::Error> {
+    let header: InstallSnapshotRequest<TypeConfig> = InstallSnapshotRequest {
+        vote: request.vote.clone(),
+        meta: request.meta.clone(),
+        offset: request.offset,
+        data: Vec::new(),
+        done: request.done,
+    };
+    let header = serde_json::to_vec(&header)?;
+    let mut out = BytesMut::with_capacity(4 + header.len() + request.data.len());
+    // A header is a few hundred bytes.
+    out.put_u32(header.len() as u32);
+    out.put_slice(&header);
+    out.put_slice(&request.data);
+    Ok(out.freeze())
+}
+
+/// Reverses [`encode_snapshot_chunk`]; `None` for a malformed frame.
+pub fn decode_snapshot_chunk(frame: &[u8]) -> Option<InstallSnapshotRequest<TypeConfig>> {
+    let len = u32::from_be_bytes(frame.get(..4)?.try_into().ok()?) as usize;
+    let header = frame.get(4..4usize.checked_add(len)?)?;
+    let mut request: InstallSnapshotRequest<TypeConfig> = serde_json::from_slice(header).ok()?;
+    request.data = frame[4 + len..].to_vec();
+    Some(request)
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = json(&rpc)?;
+        self.call("/raft/append", body, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let body = encode_snapshot_chunk(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call("/raft/snapshot", body, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = json(&rpc)?;
+        self.call("/raft/vote", body, &option).await
+    }
+}

@@ -1,0 +1,488 @@
+//! [`Node`]: one cluster member — the Raft instance, the chain store it applies to, and the
+//! leader-side write path of SPEC §5.
+//!
+//! A write is evaluated only by the leader, under the execution's latch, and only once the state
+//! machine has applied an entry of the leader's current term (so it holds every entry committed
+//! before that term). The evaluation's effect is proposed as one entry; rejections never enter
+//! the log. Answers that come from local state without a proposal (a duplicate, a `not_head`) are
+//! given only after the leader confirms its leadership with a read-index round.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
+use raft_store::raft::{Command, CommandResult, LogStore, NodeId, Rejection, StateMachine, TypeConfig};
+use raft_store::{
+    AppendError, AppendPlan, AppendRequest, Appended, ChainEvent, ChainStore, Effect, Engine,
+    ExecutionId, FromLog, LogEvent, OpenError, PopulateError, ReplicateError, Replicated,
+    StorageError, StoreConfig,
+};
+
+use crate::config::NodeConfig;
+use crate::latch::Latches;
+use crate::metrics::Metrics;
+use crate::network::Network;
+use crate::transport::Transport;
+
+/// The store type a node serves from.
+pub type Store = ChainStore<Arc<dyn Engine>>;
+
+/// The leader as this node knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's node id.
+    pub id: NodeId,
+    /// Its advertised `host:port`.
+    pub addr: String,
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The Raft configuration is invalid.
+    #[error("invalid raft configuration: {0}")]
+    Config(#[from] openraft::ConfigError),
+    /// openraft failed to start.
+    #[error("raft failed to start: {0}")]
+    Raft(String),
+}
+
+/// Why a write was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not the leader; the write belongs there.
+    #[error("not the leader")]
+    NotLeader(Option<Leader>),
+    /// The append was refused by the rules of SPEC §4.1.
+    #[error(transparent)]
+    Append(AppendError),
+    /// The populate failed (its outcomes, even `diverged`, are answers, not errors).
+    #[error(transparent)]
+    Populate(PopulateError),
+    /// The delivery was refused.
+    #[error(transparent)]
+    Replicate(ReplicateError),
+    /// The entry was committed but its effect was refused at apply time.
+    #[error("the write was refused at apply time: {0:?}")]
+    Rejected(Rejection),
+    /// No answer in time, or Raft is shutting down; the outcome may be unknown. Retryable.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The store failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a read barrier could not be passed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// A linearizable read must be served by the leader.
+    #[error("not the leader")]
+    NotLeader(Option<Leader>),
+    /// The node did not apply far enough in time, or lost leadership mid-read.
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// What happened.
+        message: String,
+        /// The node's applied index when it gave up.
+        applied_index: u64,
+    },
+}
+
+/// How fresh a read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consistency {
+    /// Reflects every write acknowledged before the read started (read index via the leader).
+    Linearizable,
+    /// This node's own applied state, whatever it is.
+    Local,
+}
+
+/// Why a membership change failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// Only the leader changes membership.
+    #[error("not the leader")]
+    NotLeader(Option<Leader>),
+    /// The request is not acceptable (already initialized, unknown node, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// Raft did not answer in time or is shutting down.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// One running cluster member.
+pub struct Node {
+    config: NodeConfig,
+    raft: Raft<TypeConfig>,
+    store: Arc<Store>,
+    latches: Latches,
+    transport: Arc<dyn Transport>,
+    metrics: Metrics,
+}
+
+impl Node {
+    /// Opens the store on `engine` and starts Raft. The node is not part of a cluster until
+    /// [`Node::initialize`] runs on one node, or a leader adds it.
+    pub async fn start(
+        config: NodeConfig,
+        engine: Arc<dyn Engine>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Arc<Node>, StartError> {
+        let store_config = StoreConfig {
+            payload_bytes_max: config.limits.payload_bytes_max,
+            // The Raft log is the durable record; applies are synced before a purge.
+            sync_writes: false,
+            ..StoreConfig::default()
+        };
+        let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
+        let log_store = LogStore::new(Arc::clone(&engine));
+        let state_machine = StateMachine::new(Arc::clone(&store));
+        let network = Network::new(Arc::clone(&transport), Arc::from(config.cluster_secret.as_str()));
+        let raft_config = Arc::new(config.openraft_config()?);
+        let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        Ok(Arc::new(Node {
+            config,
+            raft,
+            store,
+            latches: Latches::default(),
+            transport,
+            metrics: Metrics::default(),
+        }))
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+
+    /// The configuration the node runs with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The Raft handle.
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    /// The chain store (reads only: writes go through Raft).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The transport used for Raft RPCs and forwarding.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
+    /// Outcome counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The latest Raft metrics.
+    pub fn raft_metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    /// The applied index now (0 before anything is applied).
+    pub fn applied_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_applied.as_ref().map_or(0, |id| id.index)
+    }
+
+    /// The leader as the latest metrics know it.
+    pub fn leader(&self) -> Option<Leader> {
+        leader_of(&self.raft.metrics().borrow())
+    }
+
+    /// Stops Raft.
+    pub async fn shutdown(&self) {
+        if let Err(err) = self.raft.shutdown().await {
+            tracing::warn!(%err, "raft shutdown reported an error");
+        }
+    }
+
+    // ---- the write path ----
+
+    /// Waits until this node is the leader and has applied an entry of its current term.
+    async fn ready_leader(&self) -> Result<(), WriteError> {
+        let mut metrics = self.raft.metrics();
+        let wait = async {
+            loop {
+                {
+                    let m = metrics.borrow_and_update();
+                    if m.current_leader != Some(self.config.id) {
+                        return Err(WriteError::NotLeader(leader_of(&m)));
+                    }
+                    let applied_term = m.last_applied.as_ref().map(|id| id.leader_id.term);
+                    if m.state == ServerState::Leader && applied_term == Some(m.current_term) {
+                        return Ok(());
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return Err(WriteError::Unavailable("raft is shutting down".into()));
+                }
+            }
+        };
+        tokio::time::timeout(self.config.limits.write_timeout, wait).await.unwrap_or_else(|_| {
+            Err(WriteError::Unavailable("the leader did not become ready in time".into()))
+        })
+    }
+
+    /// Confirms leadership with a read-index round before answering from local state.
+    async fn confirm_leader(&self) -> Result<(), WriteError> {
+        match self.read_index().await {
+            Ok(_) => Ok(()),
+            Err(ReadError::NotLeader(leader)) => Err(WriteError::NotLeader(leader)),
+            Err(ReadError::Unavailable { message, .. }) => Err(WriteError::Unavailable(message)),
+        }
+    }
+
+    /// Proposes one effect and waits until it is applied here. Returns its log index and result.
+    async fn propose(&self, effect: Effect) -> Result<(u64, CommandResult), WriteError> {
+        let write = self.raft.client_write(Command::Effect(effect));
+        match tokio::time::timeout(self.config.limits.write_timeout, write).await {
+            Err(_) => Err(WriteError::Unavailable(
+                "the write was not applied in time; its outcome is unknown: retry it unchanged".into(),
+            )),
+            Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                Err(WriteError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                    |(id, node)| Leader { id, addr: node.addr },
+                )))
+            }
+            Ok(Err(err)) => Err(WriteError::Unavailable(err.to_string())),
+        }
+    }
+
+    /// Appends one event at the head of `exec` (SPEC §4.1, §5).
+    pub async fn append(&self, exec: &ExecutionId, request: &AppendRequest) -> Result<Appended, WriteError> {
+        let result = self.append_inner(exec, request).await;
+        self.metrics.record_append(&result);
+        result
+    }
+
+    async fn append_inner(&self, exec: &ExecutionId, request: &AppendRequest) -> Result<Appended, WriteError> {
+        let _latch = self.latches.acquire(exec).await;
+        self.ready_leader().await?;
+        match self.store.evaluate_append(exec, request) {
+            Ok(AppendPlan::Duplicate(appended)) => {
+                self.confirm_leader().await?;
+                Ok(appended)
+            }
+            Ok(AppendPlan::Write(effect)) => {
+                let exec_seq = effect.events.first().map_or(0, |e| e.exec_seq);
+                match self.propose(effect).await? {
+                    (commit_index, CommandResult::Applied(_)) => {
+                        Ok(Appended { exec_seq, commit_index, duplicate: false })
+                    }
+                    (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
+                    (_, CommandResult::Nothing) => {
+                        Err(WriteError::Unavailable("the entry applied without a result".into()))
+                    }
+                }
+            }
+            Err(AppendError::Storage(err)) => Err(WriteError::Storage(err)),
+            Err(err @ (AppendError::InvalidInput(_) | AppendError::TooLarge(_))) if is_shape_error(request, &err) => {
+                Err(WriteError::Append(err))
+            }
+            Err(err) => {
+                self.confirm_leader().await?;
+                Err(WriteError::Append(err))
+            }
+        }
+    }
+
+    /// Builds or extends `exec` from the authoritative log (SPEC §4.3). A log longer than one
+    /// batch is proposed as several entries, coverage first and watermark last.
+    pub async fn populate(&self, exec: &ExecutionId, events: &[LogEvent]) -> Result<FromLog, WriteError> {
+        let result = self.populate_inner(exec, events).await;
+        self.metrics.record_populate(&result);
+        result
+    }
+
+    async fn populate_inner(&self, exec: &ExecutionId, events: &[LogEvent]) -> Result<FromLog, WriteError> {
+        let _latch = self.latches.acquire(exec).await;
+        self.ready_leader().await?;
+        let plan = self.store.evaluate_populate(exec, events).map_err(|err| match err {
+            PopulateError::Storage(err) => WriteError::Storage(err),
+            other => WriteError::Populate(other),
+        })?;
+        if plan.effects.is_empty() {
+            self.confirm_leader().await?;
+        }
+        for effect in plan.effects {
+            match self.propose(effect).await? {
+                (_, CommandResult::Applied(_)) => {}
+                (_, CommandResult::Rejected(rejection)) => return Err(WriteError::Rejected(rejection)),
+                (_, CommandResult::Nothing) => {
+                    return Err(WriteError::Unavailable("the entry applied without a result".into()))
+                }
+            }
+        }
+        Ok(plan.outcome)
+    }
+
+    /// Stores replicated events in any order (SPEC §4.2).
+    pub async fn replicated(&self, exec: &ExecutionId, events: &[ChainEvent]) -> Result<Replicated, WriteError> {
+        let _latch = self.latches.acquire(exec).await;
+        self.ready_leader().await?;
+        let effect = match self.store.evaluate_replicated(exec, events) {
+            Ok(Some(effect)) => effect,
+            Ok(None) => return Ok(Replicated { applied: 0, duplicates: 0 }),
+            Err(ReplicateError::Storage(err)) => return Err(WriteError::Storage(err)),
+            Err(err @ ReplicateError::Forked(_)) => {
+                self.confirm_leader().await?;
+                return Err(WriteError::Replicate(err));
+            }
+            Err(err) => return Err(WriteError::Replicate(err)),
+        };
+        match self.propose(effect).await? {
+            (_, CommandResult::Applied(applied)) => {
+                Ok(Replicated { applied: applied.applied, duplicates: applied.duplicates })
+            }
+            (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
+            (_, CommandResult::Nothing) => {
+                Err(WriteError::Unavailable("the entry applied without a result".into()))
+            }
+        }
+    }
+
+    // ---- reads ----
+
+    /// A read-index round: confirms leadership and waits until this node applied everything
+    /// committed when the read started. Returns the applied index.
+    async fn read_index(&self) -> Result<u64, ReadError> {
+        let barrier = self.raft.ensure_linearizable();
+        match tokio::time::timeout(self.config.limits.write_timeout, barrier).await {
+            Err(_) => Err(ReadError::Unavailable {
+                message: "leadership could not be confirmed in time".into(),
+                applied_index: self.applied_index(),
+            }),
+            Ok(Ok(_)) => Ok(self.applied_index()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+                Err(ReadError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                    |(id, node)| Leader { id, addr: node.addr },
+                )))
+            }
+            Ok(Err(err)) => Err(ReadError::Unavailable {
+                message: err.to_string(),
+                applied_index: self.applied_index(),
+            }),
+        }
+    }
+
+    /// Passes the barrier a read of `consistency` needs; returns the applied index the read
+    /// reflects at least.
+    pub async fn read_barrier(&self, consistency: Consistency, min_index: Option<u64>) -> Result<u64, ReadError> {
+        let applied = match consistency {
+            Consistency::Linearizable => self.read_index().await?,
+            Consistency::Local => self.applied_index(),
+        };
+        match min_index {
+            Some(min) if applied < min => self.wait_applied(min, self.config.limits.min_index_wait).await,
+            _ => Ok(applied),
+        }
+    }
+
+    /// Waits until the applied index reaches `min`.
+    pub async fn wait_applied(&self, min: u64, wait: Duration) -> Result<u64, ReadError> {
+        let mut metrics = self.raft.metrics();
+        let reached = async {
+            loop {
+                let applied = metrics.borrow_and_update().last_applied.as_ref().map_or(0, |id| id.index);
+                if applied >= min {
+                    return Some(applied);
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        match tokio::time::timeout(wait, reached).await {
+            Ok(Some(applied)) => Ok(applied),
+            _ => Err(ReadError::Unavailable {
+                message: format!("this node has not applied index {min} yet"),
+                applied_index: self.applied_index(),
+            }),
+        }
+    }
+
+    // ---- membership ----
+
+    /// Initializes a fresh cluster with `nodes` as its voters. Runs on one node, once.
+    pub async fn initialize(&self, nodes: BTreeMap<NodeId, String>) -> Result<(), MembershipError> {
+        if !nodes.contains_key(&self.config.id) {
+            return Err(MembershipError::Invalid(format!(
+                "the initial members must include this node ({})",
+                self.config.id
+            )));
+        }
+        let members: BTreeMap<NodeId, BasicNode> =
+            nodes.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {
+                Err(MembershipError::Invalid(format!("the cluster is already initialized: {e}")))
+            }
+            Err(RaftError::APIError(InitializeError::NotInMembers(e))) => Err(MembershipError::Invalid(e.to_string())),
+            Err(err) => Err(MembershipError::Unavailable(err.to_string())),
+        }
+    }
+
+    /// Adds a learner and waits until it has caught up with the log.
+    pub async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), MembershipError> {
+        let change = self.raft.add_learner(id, BasicNode::new(addr), true);
+        membership_result(tokio::time::timeout(self.config.limits.request_timeout, change).await)
+    }
+
+    /// Makes exactly `voters` the voting members (each must already be a member).
+    pub async fn change_voters(&self, voters: BTreeSet<NodeId>) -> Result<(), MembershipError> {
+        let change = self.raft.change_membership(voters, false);
+        membership_result(tokio::time::timeout(self.config.limits.request_timeout, change).await)
+    }
+}
+
+type MembershipOutcome<T> = Result<
+    Result<T, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>,
+    tokio::time::error::Elapsed,
+>;
+
+fn membership_result<T>(outcome: MembershipOutcome<T>) -> Result<(), MembershipError> {
+    match outcome {
+        Err(_) => Err(MembershipError::Unavailable("the membership change did not finish in time".into())),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            Err(MembershipError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                |(id, node)| Leader { id, addr: node.addr },
+            )))
+        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+            Err(MembershipError::Invalid(e.to_string()))
+        }
+        Ok(Err(err)) => Err(MembershipError::Unavailable(err.to_string())),
+    }
+}
+
+/// The leader named by `metrics`, with its address.
+pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
+    let id = metrics.current_leader?;
+    let addr = metrics.membership_config.membership().get_node(&id)?.addr.clone();
+    Some(Leader { id, addr })
+}
+
+/// True for an error that depends only on the request, not on stored state: it needs no
+/// leadership confirmation.
+fn is_shape_error(request: &AppendRequest, err: &AppendError) -> bool {
+    matches!(err, AppendError::TooLarge(_))
+        || (matches!(err, AppendError::InvalidInput(_)) && request.genesis && request.prev_event_id.is_some())
+}

@@ -1,0 +1,62 @@
+//! `/raft/*`: the Raft RPC endpoints. Every request must carry the cluster secret; one without it
+//! is 401 and reaches nothing.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use raft_store::raft::{NodeId, TypeConfig};
+
+use crate::api::error::ApiError;
+use crate::api::extract::{parse_json, read_body, secrets_equal};
+use crate::network::{decode_snapshot_chunk, SECRET_HEADER};
+use crate::node::Node;
+
+fn authorize(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
+    let offered = headers.get(SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    if secrets_equal(offered, node.config().cluster_secret.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized("raft RPCs need the cluster secret".into()))
+    }
+}
+
+async fn body_bytes(node: &Node, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    authorize(node, headers)?;
+    read_body(headers, body, node.config().limits.raft_body_bytes_max).await
+}
+
+/// `POST /raft/append`
+pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = body_bytes(&node, &headers, body).await?;
+        let request: AppendEntriesRequest<TypeConfig> = parse_json(&bytes)?;
+        Ok::<_, ApiError>(Json(node.raft().append_entries(request).await).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /raft/vote`
+pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = body_bytes(&node, &headers, body).await?;
+        let request: VoteRequest<NodeId> = parse_json(&bytes)?;
+        Ok::<_, ApiError>(Json(node.raft().vote(request).await).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /raft/snapshot` — one chunk, framed by `network::encode_snapshot_chunk`.
+pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = body_bytes(&node, &headers, body).await?;
+        let request = decode_snapshot_chunk(&bytes)
+            .ok_or_else(|| ApiError::InvalidInput("malformed snapshot chunk".into()))?;
+        Ok::<_, ApiError>(Json(node.raft().install_snapshot(request).await).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}

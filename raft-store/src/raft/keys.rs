@@ -1,0 +1,29 @@
+//! Keys of the Raft storage. The log store lives under `R/`; the state machine's own records under
+//! `a/`. The state machine's whole range, which snapshots copy, is `[a, y)`: it holds `a/`, the
+//! chain store's `c`, `i`, `x` namespaces and its `m/format` record, and nothing of the log.
+
+pub(crate) const VOTE: &[u8] = b"R/vote";
+pub(crate) const COMMITTED: &[u8] = b"R/committed";
+pub(crate) const PURGED: &[u8] = b"R/purged";
+const LOG_PREFIX: &[u8] = b"R/log/";
+
+pub(crate) const APPLIED: &[u8] = b"a/applied";
+pub(crate) const MEMBERSHIP: &[u8] = b"a/membership";
+
+/// The state machine's key range: everything a snapshot holds.
+pub(crate) const SM_START: &[u8] = b"a";
+pub(crate) const SM_END: &[u8] = b"y";
+
+pub(crate) fn log_entry(index: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(LOG_PREFIX.len() + 8);
+    key.extend_from_slice(LOG_PREFIX);
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// One past the largest possible log key.
+pub(crate) fn log_end() -> Vec<u8> {
+    let mut key = LOG_PREFIX.to_vec();
+    key.extend_from_slice(&[0xff; 9]);
+    key
+}

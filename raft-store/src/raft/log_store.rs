@@ -1,0 +1,204 @@
+//! The Raft log store over an engine.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, RaftLogReader, StorageError,
+    StorageIOError, Vote,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::keys;
+use super::types::TypeConfig;
+use super::NodeId;
+use crate::engine::{Engine, ScanOrder, WriteBatch};
+
+/// Most entries one read returns; replication asks again for the rest.
+const READ_ENTRIES_MAX: usize = 4_096;
+
+/// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
+/// clone is the log reader.
+pub struct LogStore<E: ?Sized> {
+    engine: Arc<E>,
+}
+
+impl<E: ?Sized> Clone for LogStore<E> {
+    fn clone(&self) -> Self {
+        Self { engine: Arc::clone(&self.engine) }
+    }
+}
+
+impl<E: Engine + ?Sized> LogStore<E> {
+    /// A log store over `engine`, shared with the state machine.
+    pub fn new(engine: Arc<E>) -> Self {
+        Self { engine }
+    }
+
+    fn read_value<T: DeserializeOwned>(
+        &self,
+        key: &[u8],
+        subject: ErrorSubject<NodeId>,
+    ) -> Result<Option<T>, StorageError<NodeId>> {
+        let bytes = self.engine.get(key).map_err(|e| io_error(subject.clone(), ErrorVerb::Read, e))?;
+        bytes
+            .map(|b| serde_json::from_slice(&b).map_err(|e| io_error(subject, ErrorVerb::Read, e)))
+            .transpose()
+    }
+
+    fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        let last = self
+            .engine
+            .scan(&keys::log_entry(0), &keys::log_end(), ScanOrder::Reverse, 1)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        match last.first() {
+            None => Ok(None),
+            Some((_, value)) => Ok(Some(decode_entry(value)?.log_id)),
+        }
+    }
+}
+
+fn io_error(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    err: impl std::error::Error + 'static,
+) -> StorageError<NodeId> {
+    StorageIOError::new(subject, verb, AnyError::new(&err)).into()
+}
+
+fn encode<T: Serialize>(value: &T, subject: ErrorSubject<NodeId>) -> Result<Vec<u8>, StorageError<NodeId>> {
+    serde_json::to_vec(value).map_err(|e| io_error(subject, ErrorVerb::Write, e))
+}
+
+fn decode_entry(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError<NodeId>> {
+    serde_json::from_slice(bytes).map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))
+}
+
+fn start_index(range: &impl RangeBounds<u64>) -> u64 {
+    match range.start_bound() {
+        Bound::Included(i) => *i,
+        Bound::Excluded(i) => i.saturating_add(1),
+        Bound::Unbounded => 0,
+    }
+}
+
+fn end_key(range: &impl RangeBounds<u64>) -> Vec<u8> {
+    match range.end_bound() {
+        Bound::Included(i) => match i.checked_add(1) {
+            Some(end) => keys::log_entry(end),
+            None => keys::log_end(),
+        },
+        Bound::Excluded(i) => keys::log_entry(*i),
+        Bound::Unbounded => keys::log_end(),
+    }
+}
+
+impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let start = keys::log_entry(start_index(&range));
+        let pairs = self
+            .engine
+            .scan(&start, &end_key(&range), ScanOrder::Forward, READ_ENTRIES_MAX)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        pairs.iter().map(|(_, value)| decode_entry(value)).collect()
+    }
+}
+
+impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let last_purged_log_id: Option<LogId<NodeId>> =
+            self.read_value(keys::PURGED, ErrorSubject::Logs)?;
+        let last_log_id = self.last_entry_id()?.or_else(|| last_purged_log_id.clone());
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut batch = WriteBatch::new();
+        batch.put(keys::VOTE, encode(vote, ErrorSubject::Vote)?);
+        self.engine
+            .write_durable(batch)
+            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        self.read_value(keys::VOTE, ErrorSubject::Vote)
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        // Not synced: a committed id lost in a crash only means re-applying less at start-up;
+        // the entries themselves are durable.
+        let mut batch = WriteBatch::new();
+        batch.put(keys::COMMITTED, encode(&committed, ErrorSubject::Store)?);
+        self.engine.write(batch).map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.read_value::<Option<LogId<NodeId>>>(keys::COMMITTED, ErrorSubject::Store)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            batch.put(keys::log_entry(entry.log_id.index), encode(&entry, ErrorSubject::Logs)?);
+        }
+        // Durable before the callback: openraft counts this node's vote for the entries only
+        // once they survive a crash.
+        match self.engine.write_durable(batch) {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(err) => {
+                callback.log_io_completed(Err(std::io::Error::other(err.to_string())));
+                Err(io_error(ErrorSubject::Logs, ErrorVerb::Write, err))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut batch = WriteBatch::new();
+        batch.delete_range(keys::log_entry(log_id.index), keys::log_end());
+        self.engine
+            .write_durable(batch)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        // The purged entries are covered by applied state, which the state machine does not
+        // sync itself: make it durable before the entries go.
+        self.engine.sync().map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
+        let mut batch = WriteBatch::new();
+        batch.put(keys::PURGED, encode(&log_id, ErrorSubject::Logs)?);
+        let end = match log_id.index.checked_add(1) {
+            Some(end) => keys::log_entry(end),
+            None => keys::log_end(),
+        };
+        batch.delete_range(keys::log_entry(0), end);
+        self.engine
+            .write_durable(batch)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))
+    }
+}

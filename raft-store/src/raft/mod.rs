@@ -1,0 +1,26 @@
+//! openraft storage over the engine (openraft 0.9, `storage-v2`).
+//!
+//! - [`LogStore`]: the Raft log, vote and committed id under the `R/` namespace. An append is
+//!   durable (synced) before openraft is told so.
+//! - [`StateMachine`]: applies each committed entry's [`Effect`](crate::Effect) through
+//!   `ChainStore::stage_effect`, together with the applied log id, as ONE atomic batch; builds
+//!   snapshots from one point-in-time scan of the state-machine range and installs them in one
+//!   batch, so a half-installed snapshot is never visible.
+//!
+//! The log store and the state machine share one engine. The state machine does not sync its
+//! applies (the log is the durable record, and openraft re-applies committed entries after a
+//! restart); `LogStore::purge` syncs the engine before deleting entries, so the applied state a
+//! purge relies on is durable first.
+
+mod keys;
+mod log_store;
+mod snapshot;
+mod state_machine;
+mod types;
+
+pub use log_store::LogStore;
+pub use state_machine::StateMachine;
+pub use types::{Command, CommandResult, Rejection, TypeConfig};
+
+/// Node ids of the cluster.
+pub type NodeId = u64;

@@ -1,0 +1,58 @@
+//! The Raft type configuration and the application data carried in the log.
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::chain::{Applied, Effect, Fork, Head};
+
+openraft::declare_raft_types!(
+    /// chainstore's Raft types: u64 node ids with an address, commands carrying resolved effects,
+    /// snapshots held in memory.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// What one log entry asks every replica to apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Command {
+    /// One resolved write, applied as one atomic batch with the entry's log id.
+    Effect(Effect),
+}
+
+/// Why an entry's effect was not applied. Deterministic: every replica reaches the same verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// The effect would fork a chain.
+    Forked(Fork),
+    /// The head moved between evaluation and apply.
+    HeadMoved {
+        /// The head the evaluation saw.
+        expected: Option<Head>,
+        /// The head at apply time.
+        found: Option<Head>,
+    },
+    /// The effect is malformed.
+    Malformed(String),
+}
+
+/// The outcome of applying one entry.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandResult {
+    /// A blank or membership entry: nothing to report.
+    #[default]
+    Nothing,
+    /// The effect was applied.
+    Applied(Applied),
+    /// The effect was refused; only the applied log id moved.
+    Rejected(Rejection),
+}
