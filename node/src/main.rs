@@ -40,6 +40,21 @@ struct Cli {
     /// Log format: text or json.
     #[arg(long, env = "CHAINSTORE_LOG_FORMAT")]
     log_format: Option<String>,
+    /// Raft heartbeat interval in milliseconds.
+    #[arg(long, env = "CHAINSTORE_HEARTBEAT_MS")]
+    heartbeat_ms: Option<u64>,
+    /// Shortest Raft election timeout in milliseconds.
+    #[arg(long, env = "CHAINSTORE_ELECTION_MIN_MS")]
+    election_min_ms: Option<u64>,
+    /// Longest Raft election timeout in milliseconds.
+    #[arg(long, env = "CHAINSTORE_ELECTION_MAX_MS")]
+    election_max_ms: Option<u64>,
+    /// Build a snapshot after this many log entries.
+    #[arg(long, env = "CHAINSTORE_SNAPSHOT_AFTER_ENTRIES")]
+    snapshot_after_entries: Option<u64>,
+    /// Log entries kept behind a snapshot.
+    #[arg(long, env = "CHAINSTORE_LOG_ENTRIES_KEPT")]
+    log_entries_kept: Option<u64>,
 }
 
 /// The TOML file: the same options, all optional.
@@ -53,6 +68,11 @@ struct FileConfig {
     cluster_secret: Option<String>,
     client_tokens: Option<Vec<String>>,
     log_format: Option<String>,
+    heartbeat_ms: Option<u64>,
+    election_min_ms: Option<u64>,
+    election_max_ms: Option<u64>,
+    snapshot_after_entries: Option<u64>,
+    log_entries_kept: Option<u64>,
 }
 
 struct Settings {
@@ -84,6 +104,22 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     let mut node = NodeConfig::new(id, advertise, secret);
     node.client_tokens = cli.client_tokens.or(file.client_tokens).unwrap_or_default();
     node.client_tokens.retain(|t| !t.is_empty());
+    let timings = &mut node.raft;
+    if let Some(ms) = cli.heartbeat_ms.or(file.heartbeat_ms) {
+        timings.heartbeat = Duration::from_millis(ms);
+    }
+    if let Some(ms) = cli.election_min_ms.or(file.election_min_ms) {
+        timings.election_min = Duration::from_millis(ms);
+    }
+    if let Some(ms) = cli.election_max_ms.or(file.election_max_ms) {
+        timings.election_max = Duration::from_millis(ms);
+    }
+    if let Some(n) = cli.snapshot_after_entries.or(file.snapshot_after_entries) {
+        timings.snapshot_after_entries = n;
+    }
+    if let Some(n) = cli.log_entries_kept.or(file.log_entries_kept) {
+        timings.log_entries_kept = n;
+    }
     let log_format = cli.log_format.or(file.log_format).unwrap_or_else(|| "text".into());
     Ok(Settings { node, listen, data_dir, log_format })
 }
