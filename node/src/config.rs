@@ -61,6 +61,8 @@ pub struct RaftTimings {
     /// Entries kept in the log behind a snapshot, so a briefly lagging follower catches up from
     /// the log rather than a snapshot.
     pub log_entries_kept: u64,
+    /// The log is purged only when at least this many entries can go at once.
+    pub purge_batch_entries: u64,
 }
 
 impl Default for RaftTimings {
@@ -71,6 +73,7 @@ impl Default for RaftTimings {
             election_max: Duration::from_millis(1000),
             snapshot_after_entries: 20_000,
             log_entries_kept: 5_000,
+            purge_batch_entries: 1_024,
         }
     }
 }
@@ -119,7 +122,7 @@ impl NodeConfig {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_after_entries),
             snapshot_max_chunk_size: 4 << 20,
             max_in_snapshot_log_to_keep: self.raft.log_entries_kept,
-            purge_batch_size: 1_024,
+            purge_batch_size: self.raft.purge_batch_entries,
             enable_tick: true,
             enable_heartbeat: true,
             enable_elect: true,

@@ -55,6 +55,9 @@ struct Cli {
     /// Log entries kept behind a snapshot.
     #[arg(long, env = "CHAINSTORE_LOG_ENTRIES_KEPT")]
     log_entries_kept: Option<u64>,
+    /// Purge the log only when at least this many entries can go.
+    #[arg(long, env = "CHAINSTORE_PURGE_BATCH_ENTRIES")]
+    purge_batch_entries: Option<u64>,
 }
 
 /// The TOML file: the same options, all optional.
@@ -73,6 +76,7 @@ struct FileConfig {
     election_max_ms: Option<u64>,
     snapshot_after_entries: Option<u64>,
     log_entries_kept: Option<u64>,
+    purge_batch_entries: Option<u64>,
 }
 
 struct Settings {
@@ -119,6 +123,9 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     }
     if let Some(n) = cli.log_entries_kept.or(file.log_entries_kept) {
         timings.log_entries_kept = n;
+    }
+    if let Some(n) = cli.purge_batch_entries.or(file.purge_batch_entries) {
+        timings.purge_batch_entries = n;
     }
     let log_format = cli.log_format.or(file.log_format).unwrap_or_else(|| "text".into());
     Ok(Settings { node, listen, data_dir, log_format })

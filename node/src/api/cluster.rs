@@ -46,6 +46,8 @@ pub async fn status(State(node): State<Arc<Node>>) -> Response {
         "nodes": nodes,
         "last_log_index": m.last_log_index.unwrap_or(0),
         "last_applied": m.last_applied.as_ref().map_or(0, |id| id.index),
+        "snapshot_index": m.snapshot.as_ref().map_or(0, |id| id.index),
+        "purged_index": m.purged.as_ref().map_or(0, |id| id.index),
     }))
     .into_response()
 }

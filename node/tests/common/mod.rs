@@ -18,12 +18,13 @@ pub const SECRET: &str = "test-cluster-secret";
 pub struct Options {
     pub snapshot_after_entries: u64,
     pub log_entries_kept: u64,
+    pub purge_batch_entries: u64,
     pub client_tokens: Vec<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { snapshot_after_entries: 20_000, log_entries_kept: 5_000, client_tokens: Vec::new() }
+        Self { snapshot_after_entries: 20_000, log_entries_kept: 5_000, purge_batch_entries: 1_024, client_tokens: Vec::new() }
     }
 }
 
@@ -105,6 +106,7 @@ impl Cluster {
             .arg("--election-max-ms").arg("1200")
             .arg("--snapshot-after-entries").arg(options.snapshot_after_entries.to_string())
             .arg("--log-entries-kept").arg(options.log_entries_kept.to_string())
+            .arg("--purge-batch-entries").arg(options.purge_batch_entries.to_string())
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
