@@ -11,3 +11,7 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace "$@"
 fi
+
+# The README's first command must keep working: run the local cluster demo once, end to end.
+CHAINSTORE_DEMO_PORT=${CHAINSTORE_DEMO_PORT:-17101} ./scripts/cluster.sh --exit >/dev/null
+echo "local cluster demo: ok"

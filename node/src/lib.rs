@@ -5,7 +5,8 @@
 //! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
 //!   endpoints.
 //! - [`network`]: openraft's RPCs over a [`transport::Transport`] (reqwest in production).
-//! - [`config`], [`metrics`], [`latch`]: configuration, Prometheus metrics, per-execution latches.
+//! - [`config`], [`metrics`], [`timed`], [`latch`]: configuration, Prometheus metrics (write
+//!   timings come from a wrapper around the engine), per-execution latches.
 //!
 //! This crate knows nothing about key encodings: storage is `raft-store`'s.
 
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod raft_api;
+pub mod timed;
 pub mod transport;
 
 pub use api::app;

@@ -119,8 +119,8 @@ impl Default for Metrics {
             appends: Family::new("chainstore_appends_total", "Append requests evaluated here, by outcome.", "outcome", APPEND_OUTCOMES),
             populates: Family::new("chainstore_populates_total", "Populate requests evaluated here, by outcome.", "outcome", POPULATE_OUTCOMES),
             guarded_reads: Family::new("chainstore_guarded_reads_total", "Guarded chain reads served here, by answer.", "answer", GUARDED_OUTCOMES),
-            sync_seconds: Histogram::new("chainstore_log_sync_seconds", "Time to make a Raft log append durable (fsync)."),
-            apply_seconds: Histogram::new("chainstore_apply_seconds", "Time to apply a batch of committed entries."),
+            sync_seconds: Histogram::new("chainstore_fsync_seconds", "Time of one durable write or sync (Raft log appends, votes)."),
+            apply_seconds: Histogram::new("chainstore_apply_write_seconds", "Time of one non-durable batch write (a state-machine apply)."),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
 use crate::network::Network;
+use crate::timed::TimedEngine;
 use crate::transport::Transport;
 
 /// The store type a node serves from.
@@ -124,7 +125,7 @@ pub struct Node {
     store: Arc<Store>,
     latches: Latches,
     transport: Arc<dyn Transport>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
 }
 
 impl Node {
@@ -141,6 +142,8 @@ impl Node {
             sync_writes: false,
             ..StoreConfig::default()
         };
+        let metrics = Arc::new(Metrics::default());
+        let engine: Arc<dyn Engine> = Arc::new(TimedEngine::new(engine, Arc::clone(&metrics)));
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
         let log_store = LogStore::new(Arc::clone(&engine));
         let state_machine = StateMachine::new(Arc::clone(&store));
@@ -155,7 +158,7 @@ impl Node {
             store,
             latches: Latches::default(),
             transport,
-            metrics: Metrics::default(),
+            metrics,
         }))
     }
 

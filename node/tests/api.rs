@@ -200,6 +200,8 @@ async fn cluster_status_health_readiness_and_metrics() {
         "chainstore_populates_total{outcome=\"diverged\"} 0",
         "chainstore_guarded_reads_total{answer=\"no_coverage\"} 1",
         "chainstore_guarded_reads_total{answer=\"watermark_ahead\"} 0",
+        "chainstore_fsync_seconds_count ",
+        "chainstore_apply_write_seconds_bucket{le=\"+Inf\"} ",
     ] {
         assert!(text.contains(series), "missing {series:?} in\n{text}");
     }

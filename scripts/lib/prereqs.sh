@@ -23,3 +23,13 @@ ensure_build_prereqs() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
   fi
 }
+
+# ensure_command COMMAND PACKAGE: installs PACKAGE from Debian when COMMAND is missing.
+ensure_command() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing $2" >&2
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$2"
+}
