@@ -1,1 +1,26 @@
-//! Placeholder: the typed client and `chainctl` (SPEC §7) are not built yet.
+//! `chainstore-client`: the typed client of a chainstore cluster, and the consumer-side helpers.
+//!
+//! - [`Client`] (`client.rs`): one handle over the node URLs; discovers and follows the leader,
+//!   retries retryable failures with bounded exponential back-off and jitter, and returns typed
+//!   results ([`Appended`], [`GuardedRead`], [`FromLog`], ...) and typed errors ([`ClientError`]).
+//! - `types.rs`: read options and the views of the API's answers.
+//! - `consumer.rs`: [`LogSource`], [`Reconciler`] (turns `stale_log` into staleness or a
+//!   second-writer divergence by re-reading the log), [`Comparator`] (agreement and coverage).
+//!
+//! The `chainctl` binary (`src/bin/chainctl`) is built on this crate.
+
+mod client;
+mod consumer;
+mod error;
+mod types;
+
+pub use chainstore_model::*;
+pub use client::{Client, ClientBuilder, RetryPolicy};
+pub use consumer::{
+    BoxFuture, Comparator, Comparison, LogSource, ReconcileError, Reconciler, Verdict,
+};
+pub use error::ClientError;
+pub use types::{
+    authoritative_events, ChangesPage, ClusterStatus, Consistency, GuardedRead, ReadOptions,
+    StateView,
+};

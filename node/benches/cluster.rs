@@ -31,16 +31,28 @@ impl Drop for Nodes {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 async fn start_cluster(http: &reqwest::Client) -> Nodes {
     let dir = tempfile::tempdir().expect("temp dir");
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
     let mut children = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         let child = Command::new(env!("CARGO_BIN_EXE_chainstore-node"))
-            .args(["--id", &(i + 1).to_string(), "--listen", addr, "--cluster-secret", SECRET])
+            .args([
+                "--id",
+                &(i + 1).to_string(),
+                "--listen",
+                addr,
+                "--cluster-secret",
+                SECRET,
+            ])
             .arg("--data-dir")
             .arg(dir.path().join(format!("node-{}", i + 1)))
             .env("RUST_LOG", "warn")
@@ -50,15 +62,30 @@ async fn start_cluster(http: &reqwest::Client) -> Nodes {
             .expect("spawn chainstore-node");
         children.push(child);
     }
-    let nodes = Nodes { children, addrs, _dir: dir };
+    let nodes = Nodes {
+        children,
+        addrs,
+        _dir: dir,
+    };
     for addr in &nodes.addrs {
-        while http.get(format!("http://{addr}/healthz")).send().await.is_err() {
+        while http
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .is_err()
+        {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let members: serde_json::Map<String, Value> =
-        nodes.addrs.iter().enumerate().map(|(i, a)| ((i + 1).to_string(), json!(a))).collect();
-    let init = http.post(format!("http://{}/v1/cluster/init", nodes.addrs[0])).json(&json!({ "nodes": members }));
+    let members: serde_json::Map<String, Value> = nodes
+        .addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| ((i + 1).to_string(), json!(a)))
+        .collect();
+    let init = http
+        .post(format!("http://{}/v1/cluster/init", nodes.addrs[0]))
+        .json(&json!({ "nodes": members }));
     assert!(init.send().await.expect("init").status().is_success());
     nodes
 }
@@ -74,8 +101,16 @@ async fn leader_addr(http: &reqwest::Client, nodes: &Nodes) -> String {
             .await
             .expect("json");
         if let Some(leader) = view["leader_id"].as_u64() {
-            let addr = view["nodes"][leader.to_string()].as_str().unwrap_or_default().to_string();
-            if http.get(format!("http://{addr}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            let addr = view["nodes"][leader.to_string()]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if http
+                .get(format!("http://{addr}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
                 return addr;
             }
         }
@@ -105,7 +140,11 @@ async fn writer(http: reqwest::Client, url: String, stop: Instant) -> Vec<Durati
         });
         let started = Instant::now();
         let response = http.post(&url).json(&body).send().await.expect("append");
-        assert!(response.status().is_success(), "append failed: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "append failed: {}",
+            response.status()
+        );
         let _ = response.bytes().await;
         latencies.push(started.elapsed());
         n += 1;
@@ -119,18 +158,33 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let seconds: u64 = std::env::var("CLUSTER_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
-    let http = reqwest::Client::builder().pool_max_idle_per_host(128).build().expect("client");
+    let seconds: u64 = std::env::var("CLUSTER_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(128)
+        .build()
+        .expect("client");
     let nodes = start_cluster(&http).await;
     let leader = leader_addr(&http, &nodes).await;
     println!();
     println!("three-node cluster on loopback, fsync on, {seconds} s per level, writers on their own executions");
-    println!("{:>8} {:>12} {:>10} {:>10} {:>10}", "writers", "appends/s", "p50 ms", "p99 ms", "appends");
+    println!(
+        "{:>8} {:>12} {:>10} {:>10} {:>10}",
+        "writers", "appends/s", "p50 ms", "p99 ms", "appends"
+    );
     for (round, writers) in WRITERS.iter().enumerate() {
         // Warm connections and the leader for a second, then measure.
         let warm = Instant::now() + Duration::from_secs(1);
         let tasks: Vec<_> = (0..*writers)
-            .map(|w| tokio::spawn(writer(http.clone(), format!("http://{leader}/v1/executions/warm-{round}-{w}/events"), warm)))
+            .map(|w| {
+                tokio::spawn(writer(
+                    http.clone(),
+                    format!("http://{leader}/v1/executions/warm-{round}-{w}/events"),
+                    warm,
+                ))
+            })
             .collect();
         for t in tasks {
             let _ = t.await;
@@ -138,7 +192,13 @@ async fn main() {
         let started = Instant::now();
         let stop = started + Duration::from_secs(seconds);
         let tasks: Vec<_> = (0..*writers)
-            .map(|w| tokio::spawn(writer(http.clone(), format!("http://{leader}/v1/executions/bench-{round}-{w}/events"), stop)))
+            .map(|w| {
+                tokio::spawn(writer(
+                    http.clone(),
+                    format!("http://{leader}/v1/executions/bench-{round}-{w}/events"),
+                    stop,
+                ))
+            })
             .collect();
         let mut all = Vec::new();
         for t in tasks {

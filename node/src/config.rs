@@ -97,7 +97,11 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// A configuration with default limits and timings.
-    pub fn new(id: NodeId, advertise_addr: impl Into<String>, cluster_secret: impl Into<String>) -> Self {
+    pub fn new(
+        id: NodeId,
+        advertise_addr: impl Into<String>,
+        cluster_secret: impl Into<String>,
+    ) -> Self {
         Self {
             id,
             advertise_addr: advertise_addr.into(),
@@ -119,7 +123,9 @@ impl NodeConfig {
             install_snapshot_timeout: 10_000,
             max_payload_entries: 64,
             replication_lag_threshold: 5_000,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.raft.snapshot_after_entries),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
+                self.raft.snapshot_after_entries,
+            ),
             snapshot_max_chunk_size: 4 << 20,
             max_in_snapshot_log_to_keep: self.raft.log_entries_kept,
             purge_batch_size: self.raft.purge_batch_entries,

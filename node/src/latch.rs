@@ -18,7 +18,9 @@ pub struct Latches {
 
 impl Default for Latches {
     fn default() -> Self {
-        Self { stripes: (0..LATCH_STRIPES).map(|_| Mutex::new(())).collect() }
+        Self {
+            stripes: (0..LATCH_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
     }
 }
 

@@ -4,11 +4,14 @@
 //!   (latches, readiness, evaluation, proposal) and read barriers.
 //! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
 //!   endpoints.
-//! - [`network`]: openraft's RPCs over a [`transport::Transport`] (reqwest in production).
+//! - [`network`]: openraft's RPCs over a [`Transport`] (reqwest in production).
 //! - [`config`], [`metrics`], [`timed`], [`latch`]: configuration, Prometheus metrics (write
 //!   timings come from a wrapper around the engine), per-execution latches.
 //!
 //! This crate knows nothing about key encodings: storage is `raft-store`'s.
+
+// openraft's error types are large; they are returned as they come.
+#![allow(clippy::result_large_err)]
 
 pub mod api;
 pub mod config;
@@ -18,9 +21,8 @@ pub mod network;
 pub mod node;
 pub mod raft_api;
 pub mod timed;
-pub mod transport;
 
 pub use api::app;
+pub use chainstore_transport::{ReqwestTransport, Transport, TransportError};
 pub use config::{Limits, NodeConfig, RaftTimings};
 pub use node::{Consistency, Leader, Node, StartError};
-pub use transport::{ReqwestTransport, Transport, TransportError};

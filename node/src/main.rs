@@ -14,7 +14,11 @@ use raft_store::{Engine, RocksEngine, RocksOptions};
 use serde::Deserialize;
 
 #[derive(Debug, Parser)]
-#[command(name = "chainstore-node", version, about = "Runs one chainstore cluster node.")]
+#[command(
+    name = "chainstore-node",
+    version,
+    about = "Runs one chainstore cluster node."
+)]
 struct Cli {
     /// TOML file with defaults for any of the options below.
     #[arg(long, env = "CHAINSTORE_CONFIG")]
@@ -35,7 +39,12 @@ struct Cli {
     #[arg(long, env = "CHAINSTORE_CLUSTER_SECRET", hide_env_values = true)]
     cluster_secret: Option<String>,
     /// Comma-separated bearer tokens accepted on the client API (none: no client auth).
-    #[arg(long, env = "CHAINSTORE_CLIENT_TOKENS", hide_env_values = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "CHAINSTORE_CLIENT_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     client_tokens: Option<Vec<String>>,
     /// Log format: text or json.
     #[arg(long, env = "CHAINSTORE_LOG_FORMAT")]
@@ -90,7 +99,8 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     let file: FileConfig = match &cli.config {
         None => FileConfig::default(),
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?
         }
     };
@@ -99,9 +109,18 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         return Err("--id must be a positive integer".into());
     }
     let listen = cli.listen.or(file.listen).ok_or("--listen is required")?;
-    let advertise = cli.advertise.or(file.advertise).unwrap_or_else(|| listen.to_string());
-    let data_dir = cli.data_dir.or(file.data_dir).ok_or("--data-dir is required")?;
-    let secret = cli.cluster_secret.or(file.cluster_secret).ok_or("--cluster-secret is required")?;
+    let advertise = cli
+        .advertise
+        .or(file.advertise)
+        .unwrap_or_else(|| listen.to_string());
+    let data_dir = cli
+        .data_dir
+        .or(file.data_dir)
+        .ok_or("--data-dir is required")?;
+    let secret = cli
+        .cluster_secret
+        .or(file.cluster_secret)
+        .ok_or("--cluster-secret is required")?;
     if secret.len() < 8 {
         return Err("the cluster secret must be at least 8 characters".into());
     }
@@ -127,8 +146,16 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     if let Some(n) = cli.purge_batch_entries.or(file.purge_batch_entries) {
         timings.purge_batch_entries = n;
     }
-    let log_format = cli.log_format.or(file.log_format).unwrap_or_else(|| "text".into());
-    Ok(Settings { node, listen, data_dir, log_format })
+    let log_format = cli
+        .log_format
+        .or(file.log_format)
+        .unwrap_or_else(|| "text".into());
+    Ok(Settings {
+        node,
+        listen,
+        data_dir,
+        log_format,
+    })
 }
 
 fn init_logging(format: &str) {
@@ -146,10 +173,11 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => return interrupt.await.unwrap_or(()),
-        };
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return interrupt.await.unwrap_or(()),
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}
@@ -160,16 +188,25 @@ async fn shutdown_signal() {
 }
 
 async fn run(settings: Settings) -> Result<(), String> {
-    let engine = RocksEngine::open(&RocksOptions::new(&settings.data_dir))
-        .map_err(|e| format!("cannot open the database at {}: {e}", settings.data_dir.display()))?;
+    let engine = RocksEngine::open(&RocksOptions::new(&settings.data_dir)).map_err(|e| {
+        format!(
+            "cannot open the database at {}: {e}",
+            settings.data_dir.display()
+        )
+    })?;
     let engine: Arc<dyn Engine> = Arc::new(engine);
-    let transport = ReqwestTransport::new(settings.node.limits.rpc_connect_timeout).map_err(|e| e.to_string())?;
-    let node = Node::start(settings.node, engine, Arc::new(transport)).await.map_err(|e| e.to_string())?;
+    let transport = ReqwestTransport::new(settings.node.limits.rpc_connect_timeout)
+        .map_err(|e| e.to_string())?;
+    let node = Node::start(settings.node, engine, Arc::new(transport))
+        .await
+        .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     tracing::info!(node_id = node.id(), listen = %settings.listen, "chainstore-node serving");
-    let served = axum::serve(listener, app(Arc::clone(&node))).with_graceful_shutdown(shutdown_signal()).await;
+    let served = axum::serve(listener, app(Arc::clone(&node)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
     tracing::info!("shutting down");
     // In-flight requests have finished; stop Raft so the log and state machine close cleanly.
     let _ = tokio::time::timeout(Duration::from_secs(5), node.shutdown()).await;
@@ -185,7 +222,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     init_logging(&settings.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("chainstore-node: cannot start the runtime: {e}");

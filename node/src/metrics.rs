@@ -20,8 +20,19 @@ struct Family {
 }
 
 impl Family {
-    fn new(name: &'static str, help: &'static str, label: &'static str, values: &'static [&'static str]) -> Self {
-        Self { name, help, label, values, counts: values.iter().map(|_| AtomicU64::new(0)).collect() }
+    fn new(
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        values: &'static [&'static str],
+    ) -> Self {
+        Self {
+            name,
+            help,
+            label,
+            values,
+            counts: values.iter().map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     fn inc(&self, value: &str) {
@@ -33,14 +44,24 @@ impl Family {
     }
 
     fn get(&self, value: &str) -> u64 {
-        self.values.iter().position(|v| *v == value).map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+        self.values
+            .iter()
+            .position(|v| *v == value)
+            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
     }
 
     fn render(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
         let _ = writeln!(out, "# TYPE {} counter", self.name);
         for (value, count) in self.values.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{}{{{}=\"{}\"}} {}", self.name, self.label, value, count.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{}{{{}=\"{}\"}} {}",
+                self.name,
+                self.label,
+                value,
+                count.load(Ordering::Relaxed)
+            );
         }
     }
 }
@@ -55,7 +76,9 @@ struct Histogram {
     sum_micros: AtomicU64,
 }
 
-const LATENCY_BOUNDS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+const LATENCY_BOUNDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 impl Histogram {
     fn new(name: &'static str, help: &'static str) -> Self {
@@ -76,32 +99,65 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
     }
 
     fn render(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
         let _ = writeln!(out, "# TYPE {} histogram", self.name);
         for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            let _ = writeln!(out, "{}_bucket{{le=\"{}\"}} {}", self.name, bound, bucket.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{}_bucket{{le=\"{}\"}} {}",
+                self.name,
+                bound,
+                bucket.load(Ordering::Relaxed)
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{}_bucket{{le=\"+Inf\"}} {}", self.name, count);
-        let _ = writeln!(out, "{}_sum {}", self.name, self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "{}_sum {}",
+            self.name,
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "{}_count {}", self.name, count);
     }
 }
 
 const APPEND_OUTCOMES: &[&str] = &[
-    "ok", "duplicate", "not_head", "event_conflict", "forked", "invalid_input", "too_large", "not_leader",
-    "unavailable", "error",
+    "ok",
+    "duplicate",
+    "not_head",
+    "event_conflict",
+    "forked",
+    "invalid_input",
+    "too_large",
+    "not_leader",
+    "unavailable",
+    "error",
 ];
 const POPULATE_OUTCOMES: &[&str] = &[
-    "in_sync", "extended", "stale_log", "diverged", "refused", "invalid_input", "too_large", "not_leader",
-    "unavailable", "error",
+    "in_sync",
+    "extended",
+    "stale_log",
+    "diverged",
+    "refused",
+    "invalid_input",
+    "too_large",
+    "not_leader",
+    "unavailable",
+    "error",
 ];
 const GUARDED_OUTCOMES: &[&str] = &[
-    "authoritative", "not_populated", "watermark_ahead", "no_coverage", "coverage_mismatch", "broken_chain",
+    "authoritative",
+    "not_populated",
+    "watermark_ahead",
+    "no_coverage",
+    "coverage_mismatch",
+    "broken_chain",
 ];
 
 /// The node's metrics.
@@ -116,11 +172,32 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self {
-            appends: Family::new("chainstore_appends_total", "Append requests evaluated here, by outcome.", "outcome", APPEND_OUTCOMES),
-            populates: Family::new("chainstore_populates_total", "Populate requests evaluated here, by outcome.", "outcome", POPULATE_OUTCOMES),
-            guarded_reads: Family::new("chainstore_guarded_reads_total", "Guarded chain reads served here, by answer.", "answer", GUARDED_OUTCOMES),
-            sync_seconds: Histogram::new("chainstore_fsync_seconds", "Time of one durable write or sync (Raft log appends, votes)."),
-            apply_seconds: Histogram::new("chainstore_apply_write_seconds", "Time of one non-durable batch write (a state-machine apply)."),
+            appends: Family::new(
+                "chainstore_appends_total",
+                "Append requests evaluated here, by outcome.",
+                "outcome",
+                APPEND_OUTCOMES,
+            ),
+            populates: Family::new(
+                "chainstore_populates_total",
+                "Populate requests evaluated here, by outcome.",
+                "outcome",
+                POPULATE_OUTCOMES,
+            ),
+            guarded_reads: Family::new(
+                "chainstore_guarded_reads_total",
+                "Guarded chain reads served here, by answer.",
+                "answer",
+                GUARDED_OUTCOMES,
+            ),
+            sync_seconds: Histogram::new(
+                "chainstore_fsync_seconds",
+                "Time of one durable write or sync (Raft log appends, votes).",
+            ),
+            apply_seconds: Histogram::new(
+                "chainstore_apply_write_seconds",
+                "Time of one non-durable batch write (a state-machine apply).",
+            ),
         }
     }
 }
@@ -128,16 +205,19 @@ impl Default for Metrics {
 fn write_error_label(err: &WriteError) -> &'static str {
     match err {
         WriteError::NotLeader(_) => "not_leader",
-        WriteError::Unavailable(_) | WriteError::Rejected(Rejection::HeadMoved { .. }) => "unavailable",
+        WriteError::Unavailable(_) | WriteError::Rejected(Rejection::HeadMoved { .. }) => {
+            "unavailable"
+        }
         WriteError::Rejected(Rejection::Forked(_)) => "forked",
         WriteError::Append(AppendError::NotHead { .. }) => "not_head",
         WriteError::Append(AppendError::EventConflict { .. }) => "event_conflict",
         WriteError::Append(AppendError::Forked(_)) => "forked",
-        WriteError::Append(AppendError::InvalidInput(_)) | WriteError::Populate(PopulateError::InvalidInput(_)) => {
-            "invalid_input"
-        }
-        WriteError::Append(AppendError::TooLarge(_)) | WriteError::Populate(PopulateError::TooLarge(_)) => "too_large",
-        WriteError::Append(AppendError::HeadMoved) | WriteError::Populate(PopulateError::HeadMoved) => "unavailable",
+        WriteError::Append(AppendError::InvalidInput(_))
+        | WriteError::Populate(PopulateError::InvalidInput(_)) => "invalid_input",
+        WriteError::Append(AppendError::TooLarge(_))
+        | WriteError::Populate(PopulateError::TooLarge(_)) => "too_large",
+        WriteError::Append(AppendError::HeadMoved)
+        | WriteError::Populate(PopulateError::HeadMoved) => "unavailable",
         _ => "error",
     }
 }
@@ -192,10 +272,30 @@ impl Metrics {
             let _ = writeln!(out, "{name} {value}");
         };
         gauge(&mut out, "chainstore_node_id", "This node's id.", node_id);
-        gauge(&mut out, "chainstore_raft_term", "Current Raft term.", raft.current_term);
-        gauge(&mut out, "chainstore_raft_leader_id", "Id of the leader this node knows (0 when none).", raft.current_leader.unwrap_or(0));
-        gauge(&mut out, "chainstore_raft_is_leader", "1 when this node is the leader.", u64::from(raft.state == ServerState::Leader));
-        gauge(&mut out, "chainstore_raft_last_log_index", "Index of the last entry in this node's log.", raft.last_log_index.unwrap_or(0));
+        gauge(
+            &mut out,
+            "chainstore_raft_term",
+            "Current Raft term.",
+            raft.current_term,
+        );
+        gauge(
+            &mut out,
+            "chainstore_raft_leader_id",
+            "Id of the leader this node knows (0 when none).",
+            raft.current_leader.unwrap_or(0),
+        );
+        gauge(
+            &mut out,
+            "chainstore_raft_is_leader",
+            "1 when this node is the leader.",
+            u64::from(raft.state == ServerState::Leader),
+        );
+        gauge(
+            &mut out,
+            "chainstore_raft_last_log_index",
+            "Index of the last entry in this node's log.",
+            raft.last_log_index.unwrap_or(0),
+        );
         gauge(
             &mut out,
             "chainstore_raft_applied_index",

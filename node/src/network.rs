@@ -21,7 +21,7 @@ use raft_store::raft::{NodeId, TypeConfig};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::transport::{Transport, TransportError};
+use chainstore_transport::{Transport, TransportError};
 
 /// Header that carries the cluster secret on every Raft RPC.
 pub const SECRET_HEADER: &str = "x-chainstore-secret";
@@ -75,15 +75,26 @@ enum ExchangeError {
 }
 
 impl PeerClient {
-    async fn exchange(&self, path: &str, body: Bytes, option: &RPCOption) -> Result<Bytes, ExchangeError> {
+    async fn exchange(
+        &self,
+        path: &str,
+        body: Bytes,
+        option: &RPCOption,
+    ) -> Result<Bytes, ExchangeError> {
         let request = http::Request::post(format!("http://{}{path}", self.addr))
             .header(SECRET_HEADER, &*self.secret)
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .body(body)?;
         let response = self.transport.send(request, option.hard_ttl()).await?;
         if !response.status().is_success() {
-            let body = String::from_utf8_lossy(response.body()).chars().take(200).collect();
-            return Err(ExchangeError::Status { status: response.status().as_u16(), body });
+            let body = String::from_utf8_lossy(response.body())
+                .chars()
+                .take(200)
+                .collect();
+            return Err(ExchangeError::Status {
+                status: response.status().as_u16(),
+                body,
+            });
         }
         Ok(response.into_body())
     }
@@ -113,14 +124,20 @@ impl PeerClient {
     }
 }
 
-fn json<T: Serialize, E: std::error::Error>(value: &T) -> Result<Bytes, RPCError<NodeId, BasicNode, E>> {
-    serde_json::to_vec(value).map(Bytes::from).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+fn json<T: Serialize, E: std::error::Error>(
+    value: &T,
+) -> Result<Bytes, RPCError<NodeId, BasicNode, E>> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| RPCError::Network(NetworkError::new(&e)))
 }
 
 /// Frames a snapshot chunk: a JSON header without the data, then the raw data.
-pub fn encode_snapshot_chunk(request: &InstallSnapshotRequest<TypeConfig>) -> Result<Bytes, serde_json::Error> {
+pub fn encode_snapshot_chunk(
+    request: &InstallSnapshotRequest<TypeConfig>,
+) -> Result<Bytes, serde_json::Error> {
     let header: InstallSnapshotRequest<TypeConfig> = InstallSnapshotRequest {
-        vote: request.vote.clone(),
+        vote: request.vote,
         meta: request.meta.clone(),
         offset: request.offset,
         data: Vec::new(),
@@ -162,7 +179,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        let body = encode_snapshot_chunk(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body =
+            encode_snapshot_chunk(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         self.call("/raft/snapshot", body, &option).await
     }
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
-use raft_store::raft::{Command, CommandResult, LogStore, NodeId, Rejection, StateMachine, TypeConfig};
+use raft_store::raft::{
+    Command, CommandResult, LogStore, NodeId, Rejection, StateMachine, TypeConfig,
+};
 use raft_store::{
     AppendError, AppendPlan, AppendRequest, Appended, ChainEvent, ChainStore, Effect, Engine,
     ExecutionId, FromLog, LogEvent, OpenError, PopulateError, ReplicateError, Replicated,
@@ -25,7 +27,7 @@ use crate::latch::Latches;
 use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::timed::TimedEngine;
-use crate::transport::Transport;
+use chainstore_transport::Transport;
 
 /// The store type a node serves from.
 pub type Store = ChainStore<Arc<dyn Engine>>;
@@ -147,7 +149,10 @@ impl Node {
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
         let log_store = LogStore::new(Arc::clone(&engine));
         let state_machine = StateMachine::new(Arc::clone(&store));
-        let network = Network::new(Arc::clone(&transport), Arc::from(config.cluster_secret.as_str()));
+        let network = Network::new(
+            Arc::clone(&transport),
+            Arc::from(config.cluster_secret.as_str()),
+        );
         let raft_config = Arc::new(config.openraft_config()?);
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
@@ -199,7 +204,12 @@ impl Node {
 
     /// The applied index now (0 before anything is applied).
     pub fn applied_index(&self) -> u64 {
-        self.raft.metrics().borrow().last_applied.as_ref().map_or(0, |id| id.index)
+        self.raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .as_ref()
+            .map_or(0, |id| id.index)
     }
 
     /// The leader as the latest metrics know it.
@@ -236,9 +246,13 @@ impl Node {
                 }
             }
         };
-        tokio::time::timeout(self.config.limits.write_timeout, wait).await.unwrap_or_else(|_| {
-            Err(WriteError::Unavailable("the leader did not become ready in time".into()))
-        })
+        tokio::time::timeout(self.config.limits.write_timeout, wait)
+            .await
+            .unwrap_or_else(|_| {
+                Err(WriteError::Unavailable(
+                    "the leader did not become ready in time".into(),
+                ))
+            })
     }
 
     /// Confirms leadership with a read-index round before answering from local state.
@@ -255,26 +269,38 @@ impl Node {
         let write = self.raft.client_write(Command::Effect(effect));
         match tokio::time::timeout(self.config.limits.write_timeout, write).await {
             Err(_) => Err(WriteError::Unavailable(
-                "the write was not applied in time; its outcome is unknown: retry it unchanged".into(),
+                "the write was not applied in time; its outcome is unknown: retry it unchanged"
+                    .into(),
             )),
             Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
-                Err(WriteError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
-                    |(id, node)| Leader { id, addr: node.addr },
-                )))
-            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(
+                WriteError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                    |(id, node)| Leader {
+                        id,
+                        addr: node.addr,
+                    },
+                )),
+            ),
             Ok(Err(err)) => Err(WriteError::Unavailable(err.to_string())),
         }
     }
 
     /// Appends one event at the head of `exec` (SPEC §4.1, §5).
-    pub async fn append(&self, exec: &ExecutionId, request: &AppendRequest) -> Result<Appended, WriteError> {
+    pub async fn append(
+        &self,
+        exec: &ExecutionId,
+        request: &AppendRequest,
+    ) -> Result<Appended, WriteError> {
         let result = self.append_inner(exec, request).await;
         self.metrics.record_append(&result);
         result
     }
 
-    async fn append_inner(&self, exec: &ExecutionId, request: &AppendRequest) -> Result<Appended, WriteError> {
+    async fn append_inner(
+        &self,
+        exec: &ExecutionId,
+        request: &AppendRequest,
+    ) -> Result<Appended, WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
         match self.store.evaluate_append(exec, request) {
@@ -285,17 +311,21 @@ impl Node {
             Ok(AppendPlan::Write(effect)) => {
                 let exec_seq = effect.events.first().map_or(0, |e| e.exec_seq);
                 match self.propose(effect).await? {
-                    (commit_index, CommandResult::Applied(_)) => {
-                        Ok(Appended { exec_seq, commit_index, duplicate: false })
-                    }
+                    (commit_index, CommandResult::Applied(_)) => Ok(Appended {
+                        exec_seq,
+                        commit_index,
+                        duplicate: false,
+                    }),
                     (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-                    (_, CommandResult::Nothing) => {
-                        Err(WriteError::Unavailable("the entry applied without a result".into()))
-                    }
+                    (_, CommandResult::Nothing) => Err(WriteError::Unavailable(
+                        "the entry applied without a result".into(),
+                    )),
                 }
             }
             Err(AppendError::Storage(err)) => Err(WriteError::Storage(err)),
-            Err(err @ (AppendError::InvalidInput(_) | AppendError::TooLarge(_))) if is_shape_error(request, &err) => {
+            Err(err @ (AppendError::InvalidInput(_) | AppendError::TooLarge(_)))
+                if is_shape_error(request, &err) =>
+            {
                 Err(WriteError::Append(err))
             }
             Err(err) => {
@@ -307,28 +337,43 @@ impl Node {
 
     /// Builds or extends `exec` from the authoritative log (SPEC §4.3). A log longer than one
     /// batch is proposed as several entries, coverage first and watermark last.
-    pub async fn populate(&self, exec: &ExecutionId, events: &[LogEvent]) -> Result<FromLog, WriteError> {
+    pub async fn populate(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+    ) -> Result<FromLog, WriteError> {
         let result = self.populate_inner(exec, events).await;
         self.metrics.record_populate(&result);
         result
     }
 
-    async fn populate_inner(&self, exec: &ExecutionId, events: &[LogEvent]) -> Result<FromLog, WriteError> {
+    async fn populate_inner(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+    ) -> Result<FromLog, WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
-        let plan = self.store.evaluate_populate(exec, events).map_err(|err| match err {
-            PopulateError::Storage(err) => WriteError::Storage(err),
-            other => WriteError::Populate(other),
-        })?;
+        let plan = self
+            .store
+            .evaluate_populate(exec, events)
+            .map_err(|err| match err {
+                PopulateError::Storage(err) => WriteError::Storage(err),
+                other => WriteError::Populate(other),
+            })?;
         if plan.effects.is_empty() {
             self.confirm_leader().await?;
         }
         for effect in plan.effects {
             match self.propose(effect).await? {
                 (_, CommandResult::Applied(_)) => {}
-                (_, CommandResult::Rejected(rejection)) => return Err(WriteError::Rejected(rejection)),
+                (_, CommandResult::Rejected(rejection)) => {
+                    return Err(WriteError::Rejected(rejection))
+                }
                 (_, CommandResult::Nothing) => {
-                    return Err(WriteError::Unavailable("the entry applied without a result".into()))
+                    return Err(WriteError::Unavailable(
+                        "the entry applied without a result".into(),
+                    ))
                 }
             }
         }
@@ -336,12 +381,21 @@ impl Node {
     }
 
     /// Stores replicated events in any order (SPEC §4.2).
-    pub async fn replicated(&self, exec: &ExecutionId, events: &[ChainEvent]) -> Result<Replicated, WriteError> {
+    pub async fn replicated(
+        &self,
+        exec: &ExecutionId,
+        events: &[ChainEvent],
+    ) -> Result<Replicated, WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
         let effect = match self.store.evaluate_replicated(exec, events) {
             Ok(Some(effect)) => effect,
-            Ok(None) => return Ok(Replicated { applied: 0, duplicates: 0 }),
+            Ok(None) => {
+                return Ok(Replicated {
+                    applied: 0,
+                    duplicates: 0,
+                })
+            }
             Err(ReplicateError::Storage(err)) => return Err(WriteError::Storage(err)),
             Err(err @ ReplicateError::Forked(_)) => {
                 self.confirm_leader().await?;
@@ -350,13 +404,14 @@ impl Node {
             Err(err) => return Err(WriteError::Replicate(err)),
         };
         match self.propose(effect).await? {
-            (_, CommandResult::Applied(applied)) => {
-                Ok(Replicated { applied: applied.applied, duplicates: applied.duplicates })
-            }
+            (_, CommandResult::Applied(applied)) => Ok(Replicated {
+                applied: applied.applied,
+                duplicates: applied.duplicates,
+            }),
             (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-            (_, CommandResult::Nothing) => {
-                Err(WriteError::Unavailable("the entry applied without a result".into()))
-            }
+            (_, CommandResult::Nothing) => Err(WriteError::Unavailable(
+                "the entry applied without a result".into(),
+            )),
         }
     }
 
@@ -372,11 +427,14 @@ impl Node {
                 applied_index: self.applied_index(),
             }),
             Ok(Ok(_)) => Ok(self.applied_index()),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
-                Err(ReadError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
-                    |(id, node)| Leader { id, addr: node.addr },
-                )))
-            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => Err(
+                ReadError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                    |(id, node)| Leader {
+                        id,
+                        addr: node.addr,
+                    },
+                )),
+            ),
             Ok(Err(err)) => Err(ReadError::Unavailable {
                 message: err.to_string(),
                 applied_index: self.applied_index(),
@@ -386,13 +444,20 @@ impl Node {
 
     /// Passes the barrier a read of `consistency` needs; returns the applied index the read
     /// reflects at least.
-    pub async fn read_barrier(&self, consistency: Consistency, min_index: Option<u64>) -> Result<u64, ReadError> {
+    pub async fn read_barrier(
+        &self,
+        consistency: Consistency,
+        min_index: Option<u64>,
+    ) -> Result<u64, ReadError> {
         let applied = match consistency {
             Consistency::Linearizable => self.read_index().await?,
             Consistency::Local => self.applied_index(),
         };
         match min_index {
-            Some(min) if applied < min => self.wait_applied(min, self.config.limits.min_index_wait).await,
+            Some(min) if applied < min => {
+                self.wait_applied(min, self.config.limits.min_index_wait)
+                    .await
+            }
             _ => Ok(applied),
         }
     }
@@ -402,7 +467,11 @@ impl Node {
         let mut metrics = self.raft.metrics();
         let reached = async {
             loop {
-                let applied = metrics.borrow_and_update().last_applied.as_ref().map_or(0, |id| id.index);
+                let applied = metrics
+                    .borrow_and_update()
+                    .last_applied
+                    .as_ref()
+                    .map_or(0, |id| id.index);
                 if applied >= min {
                     return Some(applied);
                 }
@@ -430,14 +499,18 @@ impl Node {
                 self.config.id
             )));
         }
-        let members: BTreeMap<NodeId, BasicNode> =
-            nodes.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+        let members: BTreeMap<NodeId, BasicNode> = nodes
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
         match self.raft.initialize(members).await {
             Ok(()) => Ok(()),
-            Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {
-                Err(MembershipError::Invalid(format!("the cluster is already initialized: {e}")))
+            Err(RaftError::APIError(InitializeError::NotAllowed(e))) => Err(
+                MembershipError::Invalid(format!("the cluster is already initialized: {e}")),
+            ),
+            Err(RaftError::APIError(InitializeError::NotInMembers(e))) => {
+                Err(MembershipError::Invalid(e.to_string()))
             }
-            Err(RaftError::APIError(InitializeError::NotInMembers(e))) => Err(MembershipError::Invalid(e.to_string())),
             Err(err) => Err(MembershipError::Unavailable(err.to_string())),
         }
     }
@@ -462,13 +535,18 @@ type MembershipOutcome<T> = Result<
 
 fn membership_result<T>(outcome: MembershipOutcome<T>) -> Result<(), MembershipError> {
     match outcome {
-        Err(_) => Err(MembershipError::Unavailable("the membership change did not finish in time".into())),
+        Err(_) => Err(MembershipError::Unavailable(
+            "the membership change did not finish in time".into(),
+        )),
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
-            Err(MembershipError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
-                |(id, node)| Leader { id, addr: node.addr },
-            )))
-        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(
+            MembershipError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
+                |(id, node)| Leader {
+                    id,
+                    addr: node.addr,
+                },
+            )),
+        ),
         Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
             Err(MembershipError::Invalid(e.to_string()))
         }
@@ -479,7 +557,12 @@ fn membership_result<T>(outcome: MembershipOutcome<T>) -> Result<(), MembershipE
 /// The leader named by `metrics`, with its address.
 pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
     let id = metrics.current_leader?;
-    let addr = metrics.membership_config.membership().get_node(&id)?.addr.clone();
+    let addr = metrics
+        .membership_config
+        .membership()
+        .get_node(&id)?
+        .addr
+        .clone();
     Some(Leader { id, addr })
 }
 
@@ -487,5 +570,7 @@ pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
 /// leadership confirmation.
 fn is_shape_error(request: &AppendRequest, err: &AppendError) -> bool {
     matches!(err, AppendError::TooLarge(_))
-        || (matches!(err, AppendError::InvalidInput(_)) && request.genesis && request.prev_event_id.is_some())
+        || (matches!(err, AppendError::InvalidInput(_))
+            && request.genesis
+            && request.prev_event_id.is_some())
 }

@@ -17,15 +17,24 @@ use crate::network::{decode_snapshot_chunk, SECRET_HEADER};
 use crate::node::Node;
 
 fn authorize(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
-    let offered = headers.get(SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    let offered = headers
+        .get(SECRET_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
     if secrets_equal(offered, node.config().cluster_secret.as_bytes()) {
         Ok(())
     } else {
-        Err(ApiError::Unauthorized("raft RPCs need the cluster secret".into()))
+        Err(ApiError::Unauthorized(
+            "raft RPCs need the cluster secret".into(),
+        ))
     }
 }
 
-async fn body_bytes(node: &Node, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+async fn body_bytes(
+    node: &Node,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
     authorize(node, headers)?;
     read_body(headers, body, node.config().limits.raft_body_bytes_max).await
 }

@@ -29,7 +29,13 @@ impl Engine for TimedEngine {
         self.inner.get(key)
     }
 
-    fn scan(&self, start: &[u8], end: &[u8], order: ScanOrder, limit: usize) -> Result<Vec<KeyValue>, StorageError> {
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
         self.inner.scan(start, end, order, limit)
     }
 

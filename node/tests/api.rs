@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 async fn appends_follow_the_head_check_idempotency_and_genesis_rules() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
-    let (status, first) = c.post(l, "/v1/executions/run-1/events", &event("e1", None)).await;
+    let (status, first) = c
+        .post(l, "/v1/executions/run-1/events", &event("e1", None))
+        .await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(first["execution_id"], "run-1");
     assert_eq!(first["event_id"], "e1");
@@ -20,42 +22,88 @@ async fn appends_follow_the_head_check_idempotency_and_genesis_rules() {
     let commit_index = first["commit_index"].as_u64().expect("commit_index");
     assert!(commit_index > 0);
 
-    let (status, second) = c.post(l, "/v1/executions/run-1/events", &event("e2", Some("e1"))).await;
+    let (status, second) = c
+        .post(l, "/v1/executions/run-1/events", &event("e2", Some("e1")))
+        .await;
     assert_eq!((status, second["exec_seq"].as_u64()), (200, Some(2)));
-    assert!(second["commit_index"].as_u64() > Some(commit_index), "commit_index is the Raft log index");
+    assert!(
+        second["commit_index"].as_u64() > Some(commit_index),
+        "commit_index is the Raft log index"
+    );
 
-    let (status, retry) = c.post(l, "/v1/executions/run-1/events", &event("e1", None)).await;
+    let (status, retry) = c
+        .post(l, "/v1/executions/run-1/events", &event("e1", None))
+        .await;
     assert_eq!(status, 200);
-    assert_eq!((retry["exec_seq"].as_u64(), retry["duplicate"].as_bool()), (Some(1), Some(true)));
-    assert_eq!(retry["commit_index"].as_u64(), Some(commit_index), "the original commit index");
+    assert_eq!(
+        (retry["exec_seq"].as_u64(), retry["duplicate"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(
+        retry["commit_index"].as_u64(),
+        Some(commit_index),
+        "the original commit index"
+    );
 
-    let (status, not_head) = c.post(l, "/v1/executions/run-1/events", &event("e3", Some("e1"))).await;
+    let (status, not_head) = c
+        .post(l, "/v1/executions/run-1/events", &event("e3", Some("e1")))
+        .await;
     assert_eq!(status, 409);
     assert_eq!(not_head["error"], "not_head");
-    assert_eq!((not_head["expected"].clone(), not_head["got"].clone()), (json!("e2"), json!("e1")));
+    assert_eq!(
+        (not_head["expected"].clone(), not_head["got"].clone()),
+        (json!("e2"), json!("e1"))
+    );
 
     let conflict = json!({ "event_id": "e1", "prev_event_id": null, "payload": { "other": 1 } });
     let (status, body) = c.post(l, "/v1/executions/run-1/events", &conflict).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("event_conflict")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("event_conflict"))
+    );
 
     let (_, guarded) = c.get(l, "/v1/executions/run-1/chain").await;
     assert_eq!(guarded["answer"], "cannot_answer");
-    assert_eq!(guarded["reason"], "no_coverage", "appends alone are never served");
+    assert_eq!(
+        guarded["reason"], "no_coverage",
+        "appends alone are never served"
+    );
     assert!(guarded["applied_index"].as_u64().is_some());
 
-    let genesis = json!({ "event_id": "g1", "prev_event_id": null, "payload": {}, "genesis": true });
-    assert_eq!(c.post(l, "/v1/executions/gen-1/events", &genesis).await.0, 200);
-    assert_eq!(c.post(l, "/v1/executions/gen-1/events", &event("g2", Some("g1"))).await.0, 200);
+    let genesis =
+        json!({ "event_id": "g1", "prev_event_id": null, "payload": {}, "genesis": true });
+    assert_eq!(
+        c.post(l, "/v1/executions/gen-1/events", &genesis).await.0,
+        200
+    );
+    assert_eq!(
+        c.post(l, "/v1/executions/gen-1/events", &event("g2", Some("g1")))
+            .await
+            .0,
+        200
+    );
     let (_, guarded) = c.get(l, "/v1/executions/gen-1/chain").await;
     assert_eq!(guarded["answer"], "authoritative", "{guarded}");
-    let ids: Vec<&str> = guarded["events"].as_array().unwrap().iter().map(|e| e["event_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = guarded["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["g1", "g2"]);
 
-    let bad_genesis = json!({ "event_id": "g0", "prev_event_id": "x", "payload": {}, "genesis": true });
+    let bad_genesis =
+        json!({ "event_id": "g0", "prev_event_id": "x", "payload": {}, "genesis": true });
     let (status, body) = c.post(l, "/v1/executions/gen-2/events", &bad_genesis).await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_input")));
-    let genesis_late = json!({ "event_id": "g9", "prev_event_id": null, "payload": {}, "genesis": true });
-    let (status, body) = c.post(l, "/v1/executions/gen-1/events", &genesis_late).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_input"))
+    );
+    let genesis_late =
+        json!({ "event_id": "g9", "prev_event_id": null, "payload": {}, "genesis": true });
+    let (status, body) = c
+        .post(l, "/v1/executions/gen-1/events", &genesis_late)
+        .await;
     assert_eq!((status, body["error"].as_str()), (409, Some("not_head")));
 }
 
@@ -63,30 +111,47 @@ async fn appends_follow_the_head_check_idempotency_and_genesis_rules() {
 async fn reads_answer_state_events_raw_chains_and_honest_refusals() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
-    c.post(l, "/v1/executions/r/events", &event("a", None)).await;
-    c.post(l, "/v1/executions/r/events", &event("b", Some("a"))).await;
+    c.post(l, "/v1/executions/r/events", &event("a", None))
+        .await;
+    c.post(l, "/v1/executions/r/events", &event("b", Some("a")))
+        .await;
 
     let (status, unknown) = c.get(l, "/v1/executions/never-seen/chain").await;
     assert_eq!(status, 200);
-    assert_eq!((unknown["answer"].as_str(), unknown["reason"].as_str()), (Some("cannot_answer"), Some("not_populated")));
+    assert_eq!(
+        (unknown["answer"].as_str(), unknown["reason"].as_str()),
+        (Some("cannot_answer"), Some("not_populated"))
+    );
     let (status, raw) = c.get(l, "/v1/executions/never-seen/chain/raw").await;
     assert_eq!((status, raw["events"].clone()), (200, json!([])));
 
     let (status, state) = c.get(l, "/v1/executions/r/state").await;
     assert_eq!(status, 200);
-    assert_eq!(state["authority"], json!({ "state": "authoritative", "first_seq": 1, "through_seq": 2 }));
+    assert_eq!(
+        state["authority"],
+        json!({ "state": "authoritative", "first_seq": 1, "through_seq": 2 })
+    );
     assert_eq!(state["coverage"], Value::Null);
     assert_eq!(state["head"], json!({ "exec_seq": 2, "event_id": "b" }));
-    assert_eq!((state["complete"].clone(), state["gap_at"].clone()), (json!(true), Value::Null));
+    assert_eq!(
+        (state["complete"].clone(), state["gap_at"].clone()),
+        (json!(true), Value::Null)
+    );
     let (_, never) = c.get(l, "/v1/executions/never-seen/state").await;
     assert_eq!(never["authority"], json!({ "state": "not_populated" }));
 
     let (status, one) = c.get(l, "/v1/executions/r/events/b").await;
     assert_eq!(status, 200);
-    assert_eq!((one["exec_seq"].as_u64(), one["prev_event_id"].as_str()), (Some(2), Some("a")));
+    assert_eq!(
+        (one["exec_seq"].as_u64(), one["prev_event_id"].as_str()),
+        (Some(2), Some("a"))
+    );
     assert!(one["commit_index"].as_u64() > Some(0));
     let (status, missing) = c.get(l, "/v1/executions/r/events/zzz").await;
-    assert_eq!((status, missing["error"].as_str()), (404, Some("not_found")));
+    assert_eq!(
+        (status, missing["error"].as_str()),
+        (404, Some("not_found"))
+    );
 
     let (_, raw) = c.get(l, "/v1/executions/r/chain/raw").await;
     assert_eq!(raw["events"].as_array().map(Vec::len), Some(2));
@@ -97,14 +162,34 @@ async fn populate_reports_every_outcome() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
     let p = "/v1/executions/p/populate";
-    let (status, empty) = c.post(l, "/v1/executions/empty/populate", &json!({ "events": [] })).await;
-    assert_eq!((status, empty.clone()), (200, json!({ "outcome": "in_sync", "total": 0, "appended": 0 })));
+    let (status, empty) = c
+        .post(l, "/v1/executions/empty/populate", &json!({ "events": [] }))
+        .await;
+    assert_eq!(
+        (status, empty.clone()),
+        (
+            200,
+            json!({ "outcome": "in_sync", "total": 0, "appended": 0 })
+        )
+    );
     let (_, guarded) = c.get(l, "/v1/executions/empty/chain").await;
-    assert_eq!((guarded["answer"].clone(), guarded["events"].clone()), (json!("authoritative"), json!([])));
+    assert_eq!(
+        (guarded["answer"].clone(), guarded["events"].clone()),
+        (json!("authoritative"), json!([]))
+    );
 
-    assert_eq!(c.post(l, p, &log(&["a", "b"])).await.1, json!({ "outcome": "extended", "total": 2, "appended": 2 }));
-    assert_eq!(c.post(l, p, &log(&["a", "b"])).await.1, json!({ "outcome": "in_sync", "total": 2, "appended": 0 }));
-    assert_eq!(c.post(l, p, &log(&["a", "b", "c"])).await.1["outcome"], "extended");
+    assert_eq!(
+        c.post(l, p, &log(&["a", "b"])).await.1,
+        json!({ "outcome": "extended", "total": 2, "appended": 2 })
+    );
+    assert_eq!(
+        c.post(l, p, &log(&["a", "b"])).await.1,
+        json!({ "outcome": "in_sync", "total": 2, "appended": 0 })
+    );
+    assert_eq!(
+        c.post(l, p, &log(&["a", "b", "c"])).await.1["outcome"],
+        "extended"
+    );
     assert_eq!(
         c.post(l, p, &log(&["a"])).await.1,
         json!({ "outcome": "stale_log", "stored_len": 3, "log_len": 1 })
@@ -116,36 +201,66 @@ async fn populate_reports_every_outcome() {
         json!({ "outcome": "diverged", "at_position": 1, "stored": "b", "log": "x" })
     );
     let (_, guarded) = c.get(l, "/v1/executions/p/chain").await;
-    assert_eq!(guarded["reason"], "no_coverage", "divergence revokes serve-trust");
+    assert_eq!(
+        guarded["reason"], "no_coverage",
+        "divergence revokes serve-trust"
+    );
 
     let forked = json!({ "events": [
         { "event_id": "r", "prev_event_id": null, "payload": 1 },
         { "event_id": "s", "prev_event_id": "r", "payload": 2 },
         { "event_id": "t", "prev_event_id": "r", "payload": 3 },
     ] });
-    assert_eq!(c.post(l, "/v1/executions/q/populate", &forked).await.1, json!({ "outcome": "refused", "reason": "fork" }));
+    assert_eq!(
+        c.post(l, "/v1/executions/q/populate", &forked).await.1,
+        json!({ "outcome": "refused", "reason": "fork" })
+    );
 }
 
 #[tokio::test]
 async fn replicated_events_apply_in_any_order_and_forks_are_refused() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
-    let ev = |seq: u64, id: &str, prev: Option<&str>| {
-        json!({ "execution_id": "rep", "exec_seq": seq, "event_id": id, "prev_event_id": prev, "payload": { "n": seq }, "commit_index": 999 })
-    };
+    let ev = |seq: u64, id: &str, prev: Option<&str>| json!({ "execution_id": "rep", "exec_seq": seq, "event_id": id, "prev_event_id": prev, "payload": { "n": seq }, "commit_index": 999 });
     let path = "/v1/executions/rep/replicated";
-    let (status, body) = c.post(l, path, &json!({ "events": [ev(3, "c", Some("b")), ev(1, "a", None)] })).await;
-    assert_eq!((status, body), (200, json!({ "applied": 2, "duplicates": 0 })));
+    let (status, body) = c
+        .post(
+            l,
+            path,
+            &json!({ "events": [ev(3, "c", Some("b")), ev(1, "a", None)] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (200, json!({ "applied": 2, "duplicates": 0 }))
+    );
     let (_, state) = c.get(l, "/v1/executions/rep/state").await;
-    assert_eq!((state["complete"].clone(), state["gap_at"].clone()), (json!(false), json!("b")));
-    let (status, body) = c.post(l, path, &json!({ "events": [ev(2, "b", Some("a")), ev(1, "a", None)] })).await;
-    assert_eq!((status, body), (200, json!({ "applied": 1, "duplicates": 1 })));
+    assert_eq!(
+        (state["complete"].clone(), state["gap_at"].clone()),
+        (json!(false), json!("b"))
+    );
+    let (status, body) = c
+        .post(
+            l,
+            path,
+            &json!({ "events": [ev(2, "b", Some("a")), ev(1, "a", None)] }),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (200, json!({ "applied": 1, "duplicates": 1 }))
+    );
     let (_, state) = c.get(l, "/v1/executions/rep/state").await;
     assert_eq!(state["complete"], json!(true));
     let (_, one) = c.get(l, "/v1/executions/rep/events/a").await;
-    assert_ne!(one["commit_index"], 999, "the commit index is the applying entry's");
+    assert_ne!(
+        one["commit_index"], 999,
+        "the commit index is the applying entry's"
+    );
 
-    let (status, body) = c.post(l, path, &json!({ "events": [ev(2, "z", Some("a"))] })).await;
+    let (status, body) = c
+        .post(l, path, &json!({ "events": [ev(2, "z", Some("a"))] }))
+        .await;
     assert_eq!((status, body["error"].as_str()), (409, Some("forked")));
 }
 
@@ -153,22 +268,34 @@ async fn replicated_events_apply_in_any_order_and_forks_are_refused() {
 async fn the_change_feed_is_commit_ordered_and_pages_with_next() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
-    c.post(l, "/v1/executions/f1/events", &event("a", None)).await;
-    c.post(l, "/v1/executions/f2/populate", &log(&["x", "y", "z"])).await;
-    c.post(l, "/v1/executions/f1/events", &event("b", Some("a"))).await;
+    c.post(l, "/v1/executions/f1/events", &event("a", None))
+        .await;
+    c.post(l, "/v1/executions/f2/populate", &log(&["x", "y", "z"]))
+        .await;
+    c.post(l, "/v1/executions/f1/events", &event("b", Some("a")))
+        .await;
     let (status, all) = c.get(l, "/v1/changes?after=0&limit=100").await;
     assert_eq!(status, 200);
     let changes = all["changes"].as_array().unwrap();
     assert_eq!(changes.len(), 5);
-    let indexes: Vec<u64> = changes.iter().map(|c| c["commit_index"].as_u64().unwrap()).collect();
+    let indexes: Vec<u64> = changes
+        .iter()
+        .map(|c| c["commit_index"].as_u64().unwrap())
+        .collect();
     assert!(indexes.windows(2).all(|w| w[0] <= w[1]), "{indexes:?}");
-    assert_eq!(changes[1]["commit_index"], changes[3]["commit_index"], "one populate entry");
+    assert_eq!(
+        changes[1]["commit_index"], changes[3]["commit_index"],
+        "one populate entry"
+    );
     assert_eq!(all["next"].as_u64(), indexes.last().copied());
 
     let (_, page) = c.get(l, "/v1/changes?after=0&limit=1").await;
     let next = page["next"].as_u64().unwrap();
-    let (_, rest) = c.get(l, &format!("/v1/changes?after={next}&limit=100")).await;
-    let seen = page["changes"].as_array().unwrap().len() + rest["changes"].as_array().unwrap().len();
+    let (_, rest) = c
+        .get(l, &format!("/v1/changes?after={next}&limit=100"))
+        .await;
+    let seen =
+        page["changes"].as_array().unwrap().len() + rest["changes"].as_array().unwrap().len();
     assert_eq!(seen, 5, "paging loses nothing");
 }
 
@@ -189,9 +316,18 @@ async fn cluster_status_health_readiness_and_metrics() {
         assert_eq!(c.get(id, "/healthz").await.0, 200);
         assert_eq!(c.get(id, "/readyz").await.0, 200);
     }
-    c.post(l, "/v1/executions/m/events", &event("a", None)).await;
+    c.post(l, "/v1/executions/m/events", &event("a", None))
+        .await;
     c.get(l, "/v1/executions/m/chain").await;
-    let text = c.http.get(c.url(l, "/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = c
+        .http
+        .get(c.url(l, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for series in [
         "chainstore_raft_term ",
         "chainstore_raft_is_leader 1",
@@ -213,21 +349,49 @@ async fn a_write_to_a_follower_is_forwarded_and_names_the_leader() {
     let l = c.leader().await;
     let f = c.follower().await;
     let (status, headers, body) = c
-        .post_raw(f, "/v1/executions/fw/events", event("a", None).to_string().into_bytes(), &[("content-type", "application/json")])
+        .post_raw(
+            f,
+            "/v1/executions/fw/events",
+            event("a", None).to_string().into_bytes(),
+            &[("content-type", "application/json")],
+        )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(headers.get("x-chainstore-leader").and_then(|v| v.to_str().ok()), Some(l.to_string().as_str()));
+    assert_eq!(
+        headers
+            .get("x-chainstore-leader")
+            .and_then(|v| v.to_str().ok()),
+        Some(l.to_string().as_str())
+    );
     let (status, headers, body) = c
-        .post_raw(f, "/v1/executions/fw/events", event("b", Some("zzz")).to_string().into_bytes(), &[("content-type", "application/json")])
+        .post_raw(
+            f,
+            "/v1/executions/fw/events",
+            event("b", Some("zzz")).to_string().into_bytes(),
+            &[("content-type", "application/json")],
+        )
         .await;
     assert_eq!(status, 409, "the leader's answer, relayed: {body}");
     assert!(headers.contains_key("x-chainstore-leader"));
     // A linearizable read on a follower is served through the leader and sees the write.
     let (_, raw) = c.get(f, "/v1/executions/fw/chain/raw").await;
     assert_eq!(raw["events"].as_array().map(Vec::len), Some(1));
-    let (status, headers, _) = c.post_raw(l, "/v1/executions/fw/events", event("b", Some("a")).to_string().into_bytes(), &[("content-type", "application/json")]).await;
+    let (status, headers, _) = c
+        .post_raw(
+            l,
+            "/v1/executions/fw/events",
+            event("b", Some("a")).to_string().into_bytes(),
+            &[("content-type", "application/json")],
+        )
+        .await;
     assert_eq!(status, 200);
-    assert_eq!(headers.get("x-chainstore-leader").and_then(|v| v.to_str().ok()), Some(l.to_string().as_str()), "every write response names the leader");
+    assert_eq!(
+        headers
+            .get("x-chainstore-leader")
+            .and_then(|v| v.to_str().ok()),
+        Some(l.to_string().as_str()),
+        "every write response names the leader"
+    );
 }
 
 /// Bad input on every endpoint gets its 4xx and changes nothing.
@@ -235,13 +399,15 @@ async fn a_write_to_a_follower_is_forwarded_and_names_the_leader() {
 async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
     let c = Cluster::start(3).await;
     let l = c.leader().await;
-    c.post(l, "/v1/executions/ok/events", &event("a", None)).await;
+    c.post(l, "/v1/executions/ok/events", &event("a", None))
+        .await;
     let (_, before) = c.get(l, "/v1/cluster").await;
     let (_, feed_before) = c.get(l, "/v1/changes?limit=1000").await;
 
     let json_header = [("content-type", "application/json")];
     let long_id_path = format!("/v1/executions/{}/events", "x".repeat(129));
-    let big_payload = json!({ "event_id": "big", "prev_event_id": "a", "payload": "x".repeat(2 << 20) });
+    let big_payload =
+        json!({ "event_id": "big", "prev_event_id": "a", "payload": "x".repeat(2 << 20) });
     let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
         ("POST", "/v1/executions/ok/events", b"{not json".to_vec(), 400, "invalid_input"),
         ("POST", "/v1/executions/ok/events", b"".to_vec(), 400, "invalid_input"),
@@ -275,8 +441,15 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
         let response = request.send().await.expect("request");
         let got = response.status().as_u16();
         let answer: Value = response.json().await.unwrap_or(Value::Null);
-        assert_eq!((got, answer["error"].as_str()), (status, Some(code)), "{method} {path}: {answer}");
-        assert!(answer["message"].as_str().is_some_and(|m| !m.is_empty()), "{path}: a message");
+        assert_eq!(
+            (got, answer["error"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {answer}"
+        );
+        assert!(
+            answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{path}: a message"
+        );
     }
     let get_cases = [
         ("/v1/executions/bad%20id/chain", 400),
@@ -297,15 +470,35 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
     assert!(oversized.starts_with("HTTP/1.1 413"), "{oversized}");
     assert!(oversized.contains("\"too_large\""), "{oversized}");
 
-    let (status, _, _) = c.post_raw(l, "/raft/vote", b"{}".to_vec(), &[("x-chainstore-secret", "wrong-secret")]).await;
+    let (status, _, _) = c
+        .post_raw(
+            l,
+            "/raft/vote",
+            b"{}".to_vec(),
+            &[("x-chainstore-secret", "wrong-secret")],
+        )
+        .await;
     assert_eq!(status, 401);
-    let (status, _, _) = c.post_raw(l, "/raft/vote", b"{".to_vec(), &[("x-chainstore-secret", SECRET)]).await;
-    assert_eq!(status, 400, "with the secret, a malformed RPC is still refused");
+    let (status, _, _) = c
+        .post_raw(
+            l,
+            "/raft/vote",
+            b"{".to_vec(),
+            &[("x-chainstore-secret", SECRET)],
+        )
+        .await;
+    assert_eq!(
+        status, 400,
+        "with the secret, a malformed RPC is still refused"
+    );
 
     let (_, after) = c.get(l, "/v1/cluster").await;
     let (_, feed_after) = c.get(l, "/v1/changes?limit=1000").await;
     assert_eq!(feed_before, feed_after, "no event was written");
-    assert_eq!(before["last_log_index"], after["last_log_index"], "no entry entered the log");
+    assert_eq!(
+        before["last_log_index"], after["last_log_index"],
+        "no entry entered the log"
+    );
 }
 
 /// Sends only the head of a POST declaring `len` body bytes and returns the raw answer.
@@ -326,11 +519,18 @@ async fn oversized_request_answer(addr: &str, len: usize) -> String {
 
 #[tokio::test]
 async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
-    let options = Options { client_tokens: vec!["s3cret-token".into()], ..Options::default() };
+    let options = Options {
+        client_tokens: vec!["s3cret-token".into()],
+        ..Options::default()
+    };
     let c = Cluster::start_with(3, options).await;
     let f = c.follower().await;
     let anonymous = reqwest::Client::new();
-    let response = anonymous.get(c.url(f, "/v1/executions/t/chain")).send().await.unwrap();
+    let response = anonymous
+        .get(c.url(f, "/v1/executions/t/chain"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 401);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");
@@ -342,7 +542,12 @@ async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200, "forwarded with the token");
-    let response = anonymous.get(c.url(f, "/v1/executions/t/chain")).bearer_auth("wrong").send().await.unwrap();
+    let response = anonymous
+        .get(c.url(f, "/v1/executions/t/chain"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 401);
     let response = anonymous.get(c.url(f, "/healthz")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200, "probes need no token");

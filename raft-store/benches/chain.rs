@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use raft_store::{
-    AppendRequest, ChainStore, Engine, EventId, ExecutionId, Guarded, LogEvent, RocksEngine, RocksOptions,
-    StoreConfig,
+    AppendRequest, ChainStore, Engine, EventId, ExecutionId, Guarded, LogEvent, RocksEngine,
+    RocksOptions, StoreConfig,
 };
 use serde_json::json;
 
@@ -65,7 +65,14 @@ fn log(len: u64) -> Vec<LogEvent> {
 
 fn open(dir: &std::path::Path, sync_writes: bool) -> ChainStore<RocksEngine> {
     let engine = RocksEngine::open(&RocksOptions::new(dir)).expect("open rocksdb");
-    ChainStore::open(engine, StoreConfig { sync_writes, ..StoreConfig::default() }).expect("open")
+    ChainStore::open(
+        engine,
+        StoreConfig {
+            sync_writes,
+            ..StoreConfig::default()
+        },
+    )
+    .expect("open")
 }
 
 impl Side {
@@ -77,15 +84,23 @@ impl Side {
         let template = log(CHAIN_LEN);
         let started = Instant::now();
         for i in 0..executions {
-            store.populate_from_log(&exec_id(i), &template, i + 1).expect("populate");
+            store
+                .populate_from_log(&exec_id(i), &template, i + 1)
+                .expect("populate");
         }
         store.engine().sync().expect("sync");
-        eprintln!("{name}: stored {} events in {:.1?}", executions * CHAIN_LEN, started.elapsed());
+        eprintln!(
+            "{name}: stored {} events in {:.1?}",
+            executions * CHAIN_LEN,
+            started.elapsed()
+        );
         // The synced store shares the shape at small scale only: fsync cost does not depend on
         // the stored volume, and it is measured on both sides alike.
         let synced = open(synced_dir.path(), true);
         for i in 0..executions.min(100) {
-            synced.populate_from_log(&exec_id(i), &template, i + 1).expect("populate");
+            synced
+                .populate_from_log(&exec_id(i), &template, i + 1)
+                .expect("populate");
         }
         Self {
             name,
@@ -103,7 +118,11 @@ impl Side {
     fn append_rate(&mut self, count: u64, synced: bool) -> f64 {
         let started = Instant::now();
         // Appends go to odd executions, reads to even ones, so read chains stay CHAIN_LEN long.
-        let pool = if synced { self.executions.min(100) } else { self.executions };
+        let pool = if synced {
+            self.executions.min(100)
+        } else {
+            self.executions
+        };
         for _ in 0..count {
             self.cursor = (self.cursor + 7919) % pool;
             self.cursor |= 1;
@@ -111,7 +130,11 @@ impl Side {
                 self.cursor = 1;
             }
             let i = self.cursor as usize;
-            let next = if synced { &mut self.next_synced } else { &mut self.next };
+            let next = if synced {
+                &mut self.next_synced
+            } else {
+                &mut self.next
+            };
             let seq = next[i];
             let request = AppendRequest {
                 event_id: event_id(seq),
@@ -122,7 +145,9 @@ impl Side {
             };
             next[i] += 1;
             let store = if synced { &self.synced } else { &self.store };
-            store.append(&exec_id(self.cursor), &request, seq).expect("append");
+            store
+                .append(&exec_id(self.cursor), &request, seq)
+                .expect("append");
         }
         count as f64 / started.elapsed().as_secs_f64()
     }
@@ -138,7 +163,9 @@ impl Side {
             let started = Instant::now();
             let answer = self.store.chain_if_authoritative(&x).expect("read");
             samples.push(started.elapsed());
-            assert!(matches!(answer, Guarded::Authoritative(ref events) if events.len() == CHAIN_LEN as usize));
+            assert!(
+                matches!(answer, Guarded::Authoritative(ref events) if events.len() == CHAIN_LEN as usize)
+            );
         }
         samples.sort();
         (samples[reads / 2], samples[reads * 99 / 100])
@@ -172,15 +199,30 @@ fn main() {
             let rate = side.append_rate(APPENDS_PER_ROUND, false);
             let synced = side.append_rate(SYNCED_APPENDS_PER_ROUND, true);
             let (p50, p99) = side.read_latency(READS_PER_ROUND, &mut seed);
-            let values = [rate, synced, p50.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6];
+            let values = [
+                rate,
+                synced,
+                p50.as_secs_f64() * 1e6,
+                p99.as_secs_f64() * 1e6,
+            ];
             for (row, value) in rows.iter_mut().zip(values) {
-                if column == 1 { row.1.push(value) } else { row.2.push(value) }
+                if column == 1 {
+                    row.1.push(value)
+                } else {
+                    row.2.push(value)
+                }
             }
         }
     }
     println!();
     println!("chain store on RocksDB, medians of {ROUNDS} interleaved rounds");
-    println!("{:<46} {:>12} {:>12} {:>8}", "", "1k events", format!("{} events", big.executions * CHAIN_LEN), "ratio");
+    println!(
+        "{:<46} {:>12} {:>12} {:>8}",
+        "",
+        "1k events",
+        format!("{} events", big.executions * CHAIN_LEN),
+        "ratio"
+    );
     for (name, small_values, big_values) in rows {
         let (s, b) = (median(small_values), median(big_values));
         println!("{name:<46} {s:>12.1} {b:>12.1} {:>8.2}", b / s);

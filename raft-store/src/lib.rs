@@ -9,15 +9,16 @@
 //!   evaluated into [`Effect`]s and applied as one atomic batch each.
 //! - [`raft`]: the openraft log store and state machine over the same engine: each committed
 //!   entry's effect and its log id in one batch; snapshots from one point-in-time scan.
-//! - [`ExecutionId`], [`EventId`]: validated ids; nothing unvalidated reaches storage.
+//! - the data model (ids, events, outcomes) comes from `chainstore-model` and is re-exported.
 //!
 //! This crate knows nothing about HTTP or the Raft network.
 
 mod chain;
 pub mod engine;
-mod ids;
 pub mod raft;
 
 pub use chain::*;
-pub use engine::{CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError};
-pub use ids::{validate_id, EventId, ExecutionId, InvalidId, ID_BYTES_MAX};
+pub use chainstore_model::*;
+pub use engine::{
+    CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError,
+};

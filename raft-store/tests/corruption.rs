@@ -12,10 +12,18 @@ use raft_store::{ChainStore, MemEngine, OpenError, StorageError, StoreConfig, FO
 fn a_store_of_an_unknown_format_refuses_to_open() {
     let engine = MemEngine::new();
     let mut batch = WriteBatch::new();
-    batch.put(b"m/format".to_vec(), (FORMAT_VERSION + 1).to_be_bytes().to_vec());
+    batch.put(
+        b"m/format".to_vec(),
+        (FORMAT_VERSION + 1).to_be_bytes().to_vec(),
+    );
     engine.write(batch).unwrap();
     let err = ChainStore::open(engine, StoreConfig::default()).err();
-    assert_eq!(err, Some(OpenError::UnknownFormat { found: FORMAT_VERSION + 1 }));
+    assert_eq!(
+        err,
+        Some(OpenError::UnknownFormat {
+            found: FORMAT_VERSION + 1
+        })
+    );
 }
 
 #[test]
@@ -24,7 +32,10 @@ fn an_engine_with_data_but_no_format_record_refuses_to_open() {
     let mut batch = WriteBatch::new();
     batch.put(b"cfoo/h".to_vec(), b"whatever".to_vec());
     engine.write(batch).unwrap();
-    assert_eq!(ChainStore::open(engine, StoreConfig::default()).err(), Some(OpenError::NoFormatRecord));
+    assert_eq!(
+        ChainStore::open(engine, StoreConfig::default()).err(),
+        Some(OpenError::NoFormatRecord)
+    );
 }
 
 #[test]
@@ -44,7 +55,9 @@ fn reopening_a_store_keeps_its_data_and_format() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = rocks_store(dir.path());
-        store.populate_from_log(&exec("x"), &linked_log(&["a", "b"]), 1).unwrap();
+        store
+            .populate_from_log(&exec("x"), &linked_log(&["a", "b"]), 1)
+            .unwrap();
     }
     let store = rocks_store(dir.path());
     assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["a", "b"]);
@@ -53,7 +66,9 @@ fn reopening_a_store_keeps_its_data_and_format() {
 /// A store with one execution of every kind of record.
 fn populated() -> (MemEngine, ChainStore<MemEngine>) {
     let (engine, store) = mem_store();
-    store.populate_from_log(&exec("x"), &linked_log(&["a", "b", "c"]), 5).unwrap();
+    store
+        .populate_from_log(&exec("x"), &linked_log(&["a", "b", "c"]), 5)
+        .unwrap();
     store.append(&exec("y"), &genesis("g"), 6).unwrap();
     (engine, store)
 }
@@ -71,10 +86,15 @@ fn exercise(store: &ChainStore<MemEngine>) -> Vec<Result<(), StorageError>> {
         results.push(store.authority(&x).map(drop));
         results.push(store.coverage(&x).map(drop));
         results.push(store.head(&x).map(drop));
-        results.push(store.append(&x, &req("b", Some("a")), 9).map(drop).map_err(|e| match e {
-            raft_store::AppendError::Storage(s) => s,
-            other => StorageError::Io(format!("not a storage error: {other}")),
-        }));
+        results.push(
+            store
+                .append(&x, &req("b", Some("a")), 9)
+                .map(drop)
+                .map_err(|e| match e {
+                    raft_store::AppendError::Storage(s) => s,
+                    other => StorageError::Io(format!("not a storage error: {other}")),
+                }),
+        );
     }
     results.push(store.changes(0, 100).map(drop));
     results
@@ -84,7 +104,12 @@ fn exercise(store: &ChainStore<MemEngine>) -> Vec<Result<(), StorageError>> {
 fn every_damaged_record_reads_as_corrupted_not_a_panic() {
     let keys: Vec<Vec<u8>> = populated().0.dump().into_iter().map(|(k, _)| k).collect();
     assert!(keys.len() > 10);
-    let garbage: [&[u8]; 4] = [b"", b"\x00", b"\x01\x00\x00\x00\x00\x00\x00\x00\x05\xff", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"];
+    let garbage: [&[u8]; 4] = [
+        b"",
+        b"\x00",
+        b"\x01\x00\x00\x00\x00\x00\x00\x00\x05\xff",
+        b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+    ];
     let mut corrupted_seen = 0;
     for key in keys.iter().filter(|k| k.as_slice() != b"m/format") {
         for bytes in garbage {
@@ -95,11 +120,17 @@ fn every_damaged_record_reads_as_corrupted_not_a_panic() {
             for result in exercise(&store) {
                 match result {
                     Ok(()) | Err(StorageError::Corrupted(_)) => {}
-                    Err(StorageError::Io(message)) if message.starts_with("not a storage error") => {}
-                    Err(other) => panic!("{:?} = {bytes:?}: {other:?}", String::from_utf8_lossy(key)),
+                    Err(StorageError::Io(message))
+                        if message.starts_with("not a storage error") => {}
+                    Err(other) => {
+                        panic!("{:?} = {bytes:?}: {other:?}", String::from_utf8_lossy(key))
+                    }
                 }
             }
-            corrupted_seen += exercise(&store).iter().filter(|r| matches!(r, Err(StorageError::Corrupted(_)))).count();
+            corrupted_seen += exercise(&store)
+                .iter()
+                .filter(|r| matches!(r, Err(StorageError::Corrupted(_))))
+                .count();
         }
     }
     assert!(corrupted_seen > 0);
@@ -117,7 +148,10 @@ fn a_damaged_event_makes_the_guarded_read_an_error_not_an_answer() {
     let mut batch = WriteBatch::new();
     batch.put(event_key, b"\x01garbage".to_vec());
     engine.write(batch).unwrap();
-    assert!(matches!(store.chain_if_authoritative(&exec("x")), Err(StorageError::Corrupted(_))));
+    assert!(matches!(
+        store.chain_if_authoritative(&exec("x")),
+        Err(StorageError::Corrupted(_))
+    ));
 }
 
 proptest! {

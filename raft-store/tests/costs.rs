@@ -11,7 +11,11 @@ use raft_store::{ChainStore, CountingEngine, MemEngine, OpCounts, StoreConfig};
 type Counted = ChainStore<CountingEngine<MemEngine>>;
 
 fn counted_store() -> Counted {
-    ChainStore::open(CountingEngine::new(MemEngine::new()), StoreConfig::default()).unwrap()
+    ChainStore::open(
+        CountingEngine::new(MemEngine::new()),
+        StoreConfig::default(),
+    )
+    .unwrap()
 }
 
 fn id(i: u64) -> String {
@@ -23,7 +27,9 @@ fn chain_of(k: u64) -> Counted {
     let store = counted_store();
     for i in 1..=k {
         let prev = (i > 1).then(|| id(i - 1));
-        store.append(&exec("x"), &req(&id(i), prev.as_deref()), i).unwrap();
+        store
+            .append(&exec("x"), &req(&id(i), prev.as_deref()), i)
+            .unwrap();
     }
     store
 }
@@ -43,7 +49,8 @@ fn an_append_costs_the_same_at_every_chain_length() {
             let next = id(k + 1);
             let prev = id(k);
             let counts = measure(&store, |s| {
-                s.append(&exec("x"), &req(&next, Some(&prev)), k + 1).unwrap();
+                s.append(&exec("x"), &req(&next, Some(&prev)), k + 1)
+                    .unwrap();
             });
             (k, counts)
         })
@@ -51,9 +58,16 @@ fn an_append_costs_the_same_at_every_chain_length() {
     for (k, counts) in &costs {
         assert_eq!(counts.batches, 1, "k = {k}: one atomic batch");
         assert_eq!(counts.scans, 0, "k = {k}: no scans");
-        assert!(counts.gets <= 10, "k = {k}: a small constant number of point reads, got {}", counts.gets);
+        assert!(
+            counts.gets <= 10,
+            "k = {k}: a small constant number of point reads, got {}",
+            counts.gets
+        );
     }
-    assert!(costs.windows(2).all(|w| w[0].1 == w[1].1), "identical at k = 1, 100, 10000: {costs:?}");
+    assert!(
+        costs.windows(2).all(|w| w[0].1 == w[1].1),
+        "identical at k = 1, 100, 10000: {costs:?}"
+    );
 }
 
 #[test]
@@ -68,7 +82,11 @@ fn a_duplicate_append_and_a_rejected_append_cost_the_same_at_every_chain_length(
         let rejected = measure(&store, |s| {
             assert!(s.append(&exec("x"), &req("new", Some("wrong")), 0).is_err());
         });
-        assert_eq!((duplicate.batches, rejected.batches), (0, 0), "neither writes");
+        assert_eq!(
+            (duplicate.batches, rejected.batches),
+            (0, 0),
+            "neither writes"
+        );
         seen.push((duplicate, rejected));
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
@@ -80,11 +98,19 @@ fn store_with_others(others: u64) -> Counted {
     let store = counted_store();
     let names: Vec<String> = (1..=100).map(id).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    store.populate_from_log(&exec("x"), &linked_log(&refs), 1).unwrap();
+    store
+        .populate_from_log(&exec("x"), &linked_log(&refs), 1)
+        .unwrap();
     for o in 0..others {
         // Executions on both sides of "x" in key order.
-        let name = if o % 2 == 0 { format!("a{o}") } else { format!("z{o}") };
-        store.populate_from_log(&exec(&name), &linked_log(&["o1", "o2", "o3"]), 2).unwrap();
+        let name = if o % 2 == 0 {
+            format!("a{o}")
+        } else {
+            format!("z{o}")
+        };
+        store
+            .populate_from_log(&exec(&name), &linked_log(&["o1", "o2", "o3"]), 2)
+            .unwrap();
     }
     store
 }
@@ -94,8 +120,14 @@ fn a_chain_read_is_one_scan_of_k_pairs_whatever_else_is_stored() {
     let mut seen = Vec::new();
     for others in [1u64, 10_000] {
         let store = store_with_others(others);
-        let raw = measure(&store, |s| assert_eq!(s.chain(&exec("x")).unwrap().len(), 100));
-        assert_eq!((raw.scans, raw.gets, raw.scanned_pairs), (1, 0, 100), "raw read, {others} others");
+        let raw = measure(&store, |s| {
+            assert_eq!(s.chain(&exec("x")).unwrap().len(), 100)
+        });
+        assert_eq!(
+            (raw.scans, raw.gets, raw.scanned_pairs),
+            (1, 0, 100),
+            "raw read, {others} others"
+        );
         let guarded = measure(&store, |s| {
             assert!(matches!(
                 s.chain_if_authoritative(&exec("x")).unwrap(),
@@ -103,10 +135,17 @@ fn a_chain_read_is_one_scan_of_k_pairs_whatever_else_is_stored() {
             ));
         });
         // The partition scan returns the 100 events plus head, watermark and coverage.
-        assert_eq!((guarded.scans, guarded.gets, guarded.scanned_pairs), (1, 0, 103), "guarded, {others} others");
+        assert_eq!(
+            (guarded.scans, guarded.gets, guarded.scanned_pairs),
+            (1, 0, 103),
+            "guarded, {others} others"
+        );
         seen.push((raw, guarded));
     }
-    assert_eq!(seen[0], seen[1], "identical with 1 and with 10,000 other executions");
+    assert_eq!(
+        seen[0], seen[1],
+        "identical with 1 and with 10,000 other executions"
+    );
 }
 
 #[test]

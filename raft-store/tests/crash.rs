@@ -51,7 +51,13 @@ fn history() -> Vec<Op> {
         Op::Populate("logged", forked),
         Op::Populate("logged", log_of("l", 11)),
         Op::Replicate("repl", vec![chain_event("repl", 3, "c", Some("b"))]),
-        Op::Replicate("repl", vec![chain_event("repl", 1, "a", None), chain_event("repl", 2, "b", Some("a"))]),
+        Op::Replicate(
+            "repl",
+            vec![
+                chain_event("repl", 1, "a", None),
+                chain_event("repl", 2, "b", Some("a")),
+            ],
+        ),
         Op::Populate("repl", linked_log(&["a", "b", "c", "d"])),
         Op::Populate("empty", vec![]),
         Op::Populate("plain", linked_log(&["p1", "p2", "p3"])),
@@ -60,13 +66,19 @@ fn history() -> Vec<Op> {
 }
 
 fn config(sync_writes: bool) -> StoreConfig {
-    StoreConfig { populate_batch_events_max: 2, sync_writes, ..StoreConfig::default() }
+    StoreConfig {
+        populate_batch_events_max: 2,
+        sync_writes,
+        ..StoreConfig::default()
+    }
 }
 
 fn apply_store(store: &ChainStore<MemEngine>, op: &Op, commit_index: u64) -> bool {
     match op {
         Op::Append(x, r) => store.append(&exec(x), r, commit_index).is_ok(),
-        Op::Replicate(x, events) => store.apply_replicated(&exec(x), events, commit_index).is_ok(),
+        Op::Replicate(x, events) => store
+            .apply_replicated(&exec(x), events, commit_index)
+            .is_ok(),
         Op::Populate(x, log) => store.populate_from_log(&exec(x), log, commit_index).is_ok(),
     }
 }
@@ -74,11 +86,18 @@ fn apply_store(store: &ChainStore<MemEngine>, op: &Op, commit_index: u64) -> boo
 fn apply_model(model: &mut Model, op: &Op, commit_index: u64) {
     // Rejections (not_head, forked, ...) change nothing in the model either.
     let _ = match op {
-        Op::Append(x, r) => model.append(&exec(x), r, commit_index).map(|_| ()).map_err(|_| ()),
-        Op::Replicate(x, events) => {
-            model.replicated(&exec(x), events, commit_index).map(|_| ()).map_err(|_| ())
-        }
-        Op::Populate(x, log) => model.populate(&exec(x), log, commit_index).map(|_| ()).map_err(|_| ()),
+        Op::Append(x, r) => model
+            .append(&exec(x), r, commit_index)
+            .map(|_| ())
+            .map_err(|_| ()),
+        Op::Replicate(x, events) => model
+            .replicated(&exec(x), events, commit_index)
+            .map(|_| ())
+            .map_err(|_| ()),
+        Op::Populate(x, log) => model
+            .populate(&exec(x), log, commit_index)
+            .map(|_| ())
+            .map_err(|_| ()),
     };
 }
 
@@ -122,8 +141,16 @@ fn assert_never_wrong(store: &ChainStore<MemEngine>, before: &Model, after: &Mod
 fn assert_equals_model(store: &ChainStore<MemEngine>, model: &Model, context: &str) {
     for name in EXECS {
         let x = exec(name);
-        assert_eq!(store.chain_if_authoritative(&x).unwrap(), model.guarded(&x), "{context}: {name}");
-        assert_eq!(store.chain(&x).unwrap(), model.chain(&x), "{context}: {name} raw");
+        assert_eq!(
+            store.chain_if_authoritative(&x).unwrap(),
+            model.guarded(&x),
+            "{context}: {name}"
+        );
+        assert_eq!(
+            store.chain(&x).unwrap(),
+            model.chain(&x),
+            "{context}: {name} raw"
+        );
     }
 }
 
@@ -139,39 +166,49 @@ fn writes_of(k: usize) -> u64 {
 fn an_io_error_at_any_write_of_any_operation_never_serves_a_wrong_chain() {
     let ops = history();
     let mut faults = 0;
-    for k in 0..ops.len() {
+    for (k, op) in ops.iter().enumerate() {
         for failing in 1..=writes_of(k) {
             let context = format!("op {k}, write {failing} fails");
             let (engine, store, before, after) = prepared(k, true);
             engine.fail_write_after(failing);
-            assert!(!apply_store(&store, &ops[k], k as u64 + 1), "{context}: the fault must surface");
+            assert!(
+                !apply_store(&store, op, k as u64 + 1),
+                "{context}: the fault must surface"
+            );
             assert_never_wrong(&store, &before, &after, &context);
             let reopened = ChainStore::open(engine.clone(), config(true)).unwrap();
             assert_never_wrong(&reopened, &before, &after, &format!("{context}, reopened"));
-            apply_store(&reopened, &ops[k], k as u64 + 1);
+            apply_store(&reopened, op, k as u64 + 1);
             assert_equals_model(&reopened, &after, &format!("{context}, retried"));
             faults += 1;
         }
     }
-    assert!(faults >= ops.len(), "every operation was faulted at least once ({faults})");
+    assert!(
+        faults >= ops.len(),
+        "every operation was faulted at least once ({faults})"
+    );
 }
 
 #[test]
 fn a_crash_after_any_write_of_any_operation_never_serves_a_wrong_chain() {
     let ops = history();
     let mut crashes = 0;
-    for k in 0..ops.len() {
+    for (k, op) in ops.iter().enumerate() {
         let batches = writes_of(k) as usize;
         for keep in 0..=batches {
             let context = format!("op {k}, crash keeping {keep} of {batches} batches");
             let (engine, store, before, after) = prepared(k, false);
-            apply_store(&store, &ops[k], k as u64 + 1);
-            assert_eq!(engine.pending_batches(), batches, "{context}: nothing synced yet");
+            apply_store(&store, op, k as u64 + 1);
+            assert_eq!(
+                engine.pending_batches(),
+                batches,
+                "{context}: nothing synced yet"
+            );
             drop(store);
             engine.crash_keeping(keep);
             let reopened = ChainStore::open(engine.clone(), config(true)).unwrap();
             assert_never_wrong(&reopened, &before, &after, &context);
-            apply_store(&reopened, &ops[k], k as u64 + 1);
+            apply_store(&reopened, op, k as u64 + 1);
             assert_equals_model(&reopened, &after, &format!("{context}, retried"));
             crashes += 1;
         }

@@ -22,7 +22,10 @@ impl Rocks {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let engine = RocksEngine::open(&RocksOptions::new(dir.path())).expect("open rocksdb");
-        Self { dir, engine: Some(engine) }
+        Self {
+            dir,
+            engine: Some(engine),
+        }
     }
 }
 
@@ -89,9 +92,15 @@ fn scans_are_ordered_half_open_and_limited(h: &mut dyn Harness) {
     let keys: [&[u8]; 7] = [b"a", b"b\x00", b"b\xff", b"ba", b"c", b"\x00", b"\xfe"];
     put(e, &keys.iter().map(|k| (*k, &b"v"[..])).collect::<Vec<_>>());
     let forward = keys_of(e.scan(b"b", b"c", ScanOrder::Forward, 100).unwrap());
-    assert_eq!(forward, vec![b"b\x00".to_vec(), b"ba".to_vec(), b"b\xff".to_vec()]);
+    assert_eq!(
+        forward,
+        vec![b"b\x00".to_vec(), b"ba".to_vec(), b"b\xff".to_vec()]
+    );
     let reverse = keys_of(e.scan(b"b", b"c", ScanOrder::Reverse, 100).unwrap());
-    assert_eq!(reverse, vec![b"b\xff".to_vec(), b"ba".to_vec(), b"b\x00".to_vec()]);
+    assert_eq!(
+        reverse,
+        vec![b"b\xff".to_vec(), b"ba".to_vec(), b"b\x00".to_vec()]
+    );
     let limited = keys_of(e.scan(b"a", b"z", ScanOrder::Forward, 2).unwrap());
     assert_eq!(limited, vec![b"a".to_vec(), b"b\x00".to_vec()]);
     let limited_rev = keys_of(e.scan(b"a", b"z", ScanOrder::Reverse, 1).unwrap());
@@ -99,9 +108,18 @@ fn scans_are_ordered_half_open_and_limited(h: &mut dyn Harness) {
     let everything = keys_of(e.scan(b"", b"\xff", ScanOrder::Forward, 100).unwrap());
     assert_eq!(everything.len(), 7);
     assert!(everything.windows(2).all(|w| w[0] < w[1]));
-    assert!(e.scan(b"c", b"c", ScanOrder::Forward, 10).unwrap().is_empty());
-    assert!(e.scan(b"d", b"c", ScanOrder::Reverse, 10).unwrap().is_empty());
-    assert!(e.scan(b"a", b"z", ScanOrder::Forward, 0).unwrap().is_empty());
+    assert!(e
+        .scan(b"c", b"c", ScanOrder::Forward, 10)
+        .unwrap()
+        .is_empty());
+    assert!(e
+        .scan(b"d", b"c", ScanOrder::Reverse, 10)
+        .unwrap()
+        .is_empty());
+    assert!(e
+        .scan(b"a", b"z", ScanOrder::Forward, 0)
+        .unwrap()
+        .is_empty());
     let values: Vec<_> = e.scan(b"a", b"b", ScanOrder::Forward, 10).unwrap();
     assert_eq!(values, vec![(b"a".to_vec(), b"v".to_vec())]);
 }
@@ -136,13 +154,19 @@ fn large_values_and_many_keys_round_trip(h: &mut dyn Harness) {
     let mut batch = WriteBatch::new();
     batch.put(b"big".to_vec(), big.clone());
     for i in 0u32..5000 {
-        batch.put([b"n".as_slice(), &i.to_be_bytes()].concat(), i.to_le_bytes().to_vec());
+        batch.put(
+            [b"n".as_slice(), &i.to_be_bytes()].concat(),
+            i.to_le_bytes().to_vec(),
+        );
     }
     e.write(batch).unwrap();
     assert_eq!(e.get(b"big").unwrap(), Some(big));
     let all = e.scan(b"n", b"o", ScanOrder::Forward, usize::MAX).unwrap();
     assert_eq!(all.len(), 5000);
-    assert!(all.iter().zip(0u32..).all(|((k, v), i)| k[1..] == i.to_be_bytes() && v[..] == i.to_le_bytes()));
+    assert!(all
+        .iter()
+        .zip(0u32..)
+        .all(|((k, v), i)| k[1..] == i.to_be_bytes() && v[..] == i.to_le_bytes()));
 }
 
 macro_rules! conformance {
@@ -210,7 +234,11 @@ fn memory_crash_keeping_a_prefix_keeps_whole_batches_in_order() {
     assert_eq!(e.get(b"x").unwrap(), Some(vec![0]));
     assert_eq!(e.get(b"y").unwrap(), Some(vec![1]));
     assert_eq!(e.get(b"z").unwrap(), None);
-    assert_eq!(e.get(b"last").unwrap(), Some(vec![1]), "a kept batch is kept whole");
+    assert_eq!(
+        e.get(b"last").unwrap(),
+        Some(vec![1]),
+        "a kept batch is kept whole"
+    );
 }
 
 #[test]

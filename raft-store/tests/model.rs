@@ -43,7 +43,11 @@ fn truth_log(len: usize) -> Vec<LogEvent> {
 /// An id from a pool of true ids and a few others.
 fn pool_id(i: u8) -> String {
     let i = usize::from(i) % 12;
-    if i < TRUTH_LEN { truth_id(i) } else { format!("o{}", i - TRUTH_LEN) }
+    if i < TRUTH_LEN {
+        truth_id(i)
+    } else {
+        format!("o{}", i - TRUTH_LEN)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -62,12 +66,28 @@ enum Op {
     /// The true event after the current head (or an odd one when the head is not true).
     AppendNext { exec: usize, genesis: bool },
     /// An arbitrary append from the id pool.
-    Append { exec: usize, id: u8, prev: Option<u8>, alt_payload: bool, genesis: bool },
+    Append {
+        exec: usize,
+        id: u8,
+        prev: Option<u8>,
+        alt_payload: bool,
+        genesis: bool,
+    },
     /// True events at the given positions; `shift` moves one to the next seq, `alter` changes a
     /// payload.
-    Replicate { exec: usize, positions: Vec<u8>, alter: bool, shift: bool },
+    Replicate {
+        exec: usize,
+        positions: Vec<u8>,
+        alter: bool,
+        shift: bool,
+    },
     /// A prefix of the true log, possibly damaged, in a rotated order.
-    Populate { exec: usize, len: u8, mutation: Mutation, rotate: u8 },
+    Populate {
+        exec: usize,
+        len: u8,
+        mutation: Mutation,
+        rotate: u8,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -163,7 +183,13 @@ fn resolve(op: &Op, model: &Model) -> (usize, Request) {
             };
             (*exec, Request::Append(request))
         }
-        Op::Append { exec, id, prev, alt_payload, genesis } => {
+        Op::Append {
+            exec,
+            id,
+            prev,
+            alt_payload,
+            genesis,
+        } => {
             let id_str = pool_id(*id);
             let payload = match (alt_payload, id_str.strip_prefix('t')) {
                 (false, Some(n)) => truth_payload(n.parse().unwrap_or(0)),
@@ -178,7 +204,12 @@ fn resolve(op: &Op, model: &Model) -> (usize, Request) {
             };
             (*exec, Request::Append(request))
         }
-        Op::Replicate { exec, positions, alter, shift } => {
+        Op::Replicate {
+            exec,
+            positions,
+            alter,
+            shift,
+        } => {
             let events = positions
                 .iter()
                 .enumerate()
@@ -204,9 +235,15 @@ fn resolve(op: &Op, model: &Model) -> (usize, Request) {
                 .collect();
             (*exec, Request::Replicate(events))
         }
-        Op::Populate { exec, len, mutation, rotate } => {
-            (*exec, Request::Populate(damaged_log(usize::from(*len), mutation, *rotate)))
-        }
+        Op::Populate {
+            exec,
+            len,
+            mutation,
+            rotate,
+        } => (
+            *exec,
+            Request::Populate(damaged_log(usize::from(*len), mutation, *rotate)),
+        ),
     }
 }
 
@@ -239,12 +276,40 @@ fn check_reads<E: Engine>(
     for name in EXECS {
         let x = exec(name);
         let at = format!("after step {step}, execution {name}");
-        prop_assert_eq!(store.chain_if_authoritative(&x).unwrap(), model.guarded(&x), "guarded read {}", at);
-        prop_assert_eq!(store.chain(&x).unwrap(), model.chain(&x), "raw chain {}", at);
-        prop_assert_eq!(store.authority(&x).unwrap(), model.authority(&x), "authority {}", at);
-        prop_assert_eq!(store.coverage(&x).unwrap(), model.coverage(&x), "coverage {}", at);
-        prop_assert_eq!(store.chain_is_complete(&x).unwrap(), model.completeness(&x), "completeness {}", at);
-        let model_head = model.chain(&x).last().map(|e| (e.exec_seq, e.event_id.clone()));
+        prop_assert_eq!(
+            store.chain_if_authoritative(&x).unwrap(),
+            model.guarded(&x),
+            "guarded read {}",
+            at
+        );
+        prop_assert_eq!(
+            store.chain(&x).unwrap(),
+            model.chain(&x),
+            "raw chain {}",
+            at
+        );
+        prop_assert_eq!(
+            store.authority(&x).unwrap(),
+            model.authority(&x),
+            "authority {}",
+            at
+        );
+        prop_assert_eq!(
+            store.coverage(&x).unwrap(),
+            model.coverage(&x),
+            "coverage {}",
+            at
+        );
+        prop_assert_eq!(
+            store.chain_is_complete(&x).unwrap(),
+            model.completeness(&x),
+            "completeness {}",
+            at
+        );
+        let model_head = model
+            .chain(&x)
+            .last()
+            .map(|e| (e.exec_seq, e.event_id.clone()));
         let head = store.head(&x).unwrap().map(|h| (h.exec_seq, h.event_id));
         prop_assert_eq!(head, model_head, "head {}", at);
     }
@@ -281,7 +346,10 @@ fn run<E: Engine>(store: &ChainStore<E>, ops: &[Op]) -> Result<(), TestCaseError
 
 /// Small populate batches, so that multi-batch populates happen in the random runs too.
 fn config() -> StoreConfig {
-    StoreConfig { populate_batch_events_max: 3, ..StoreConfig::default() }
+    StoreConfig {
+        populate_batch_events_max: 3,
+        ..StoreConfig::default()
+    }
 }
 
 proptest! {

@@ -1,6 +1,9 @@
 //! openraft's own storage test suite (`openraft::testing::Suite::test_all`) run against the log
 //! store and state machine on both engines.
 
+// openraft's `StorageError` is what its suite returns.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 
 use openraft::testing::{StoreBuilder, Suite};
@@ -11,13 +14,18 @@ use raft_store::{ChainStore, Engine, MemEngine, RocksEngine, RocksOptions, Store
 fn parts<E: Engine>(engine: E) -> (LogStore<E>, StateMachine<E>) {
     let engine = Arc::new(engine);
     let store = ChainStore::open(Arc::clone(&engine), StoreConfig::default()).expect("open store");
-    (LogStore::new(Arc::clone(&engine)), StateMachine::new(Arc::new(store)))
+    (
+        LogStore::new(Arc::clone(&engine)),
+        StateMachine::new(Arc::new(store)),
+    )
 }
 
 struct MemBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore<MemEngine>, StateMachine<MemEngine>> for MemBuilder {
-    async fn build(&self) -> Result<((), LogStore<MemEngine>, StateMachine<MemEngine>), StorageError<NodeId>> {
+    async fn build(
+        &self,
+    ) -> Result<((), LogStore<MemEngine>, StateMachine<MemEngine>), StorageError<NodeId>> {
         let (log, sm) = parts(MemEngine::new());
         Ok(((), log, sm))
     }
@@ -30,7 +38,14 @@ impl StoreBuilder<TypeConfig, LogStore<RocksEngine>, StateMachine<RocksEngine>, 
 {
     async fn build(
         &self,
-    ) -> Result<(tempfile::TempDir, LogStore<RocksEngine>, StateMachine<RocksEngine>), StorageError<NodeId>> {
+    ) -> Result<
+        (
+            tempfile::TempDir,
+            LogStore<RocksEngine>,
+            StateMachine<RocksEngine>,
+        ),
+        StorageError<NodeId>,
+    > {
         let dir = tempfile::tempdir().expect("temp dir");
         let engine = RocksEngine::open(&RocksOptions::new(dir.path())).expect("open rocksdb");
         let (log, sm) = parts(engine);

@@ -12,7 +12,9 @@ use raft_store::{
 use serde_json::json;
 
 fn guarded(store: &ChainStore<MemEngine>, e: &str) -> Guarded {
-    store.chain_if_authoritative(&exec(e)).expect("guarded read")
+    store
+        .chain_if_authoritative(&exec(e))
+        .expect("guarded read")
 }
 
 fn authoritative_ids(store: &ChainStore<MemEngine>, e: &str) -> Vec<String> {
@@ -32,12 +34,26 @@ fn populate(store: &ChainStore<MemEngine>, e: &str, log: &[raft_store::LogEvent]
 fn append_assigns_sequences_from_one_and_records_the_commit_index() {
     let (_, store) = mem_store();
     let a = store.append(&exec("x"), &req("e1", None), 10).unwrap();
-    let b = store.append(&exec("x"), &req("e2", Some("e1")), 11).unwrap();
+    let b = store
+        .append(&exec("x"), &req("e2", Some("e1")), 11)
+        .unwrap();
     assert_eq!((a.exec_seq, a.commit_index, a.duplicate), (1, 10, false));
     assert_eq!((b.exec_seq, b.commit_index, b.duplicate), (2, 11, false));
     let chain = store.chain(&exec("x")).unwrap();
-    assert_eq!(chain.iter().map(|e| (e.exec_seq, e.commit_index)).collect::<Vec<_>>(), [(1, 10), (2, 11)]);
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::Authoritative { first_seq: 1, through_seq: 2 });
+    assert_eq!(
+        chain
+            .iter()
+            .map(|e| (e.exec_seq, e.commit_index))
+            .collect::<Vec<_>>(),
+        [(1, 10), (2, 11)]
+    );
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::Authoritative {
+            first_seq: 1,
+            through_seq: 2
+        }
+    );
 }
 
 #[test]
@@ -45,11 +61,29 @@ fn append_with_a_prev_that_is_not_the_head_is_not_head() {
     let (_, store) = mem_store();
     store.append(&exec("x"), &req("e1", None), 1).unwrap();
     store.append(&exec("x"), &req("e2", Some("e1")), 2).unwrap();
-    let err = store.append(&exec("x"), &req("e3", Some("e1")), 3).unwrap_err();
-    assert_eq!(err, AppendError::NotHead { expected: Some(eid("e2")), got: Some(eid("e1")) });
+    let err = store
+        .append(&exec("x"), &req("e3", Some("e1")), 3)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        AppendError::NotHead {
+            expected: Some(eid("e2")),
+            got: Some(eid("e1"))
+        }
+    );
     let err = store.append(&exec("x"), &req("e3", None), 3).unwrap_err();
-    assert_eq!(err, AppendError::NotHead { expected: Some(eid("e2")), got: None });
-    assert_eq!(store.chain(&exec("x")).unwrap().len(), 2, "a rejection writes nothing");
+    assert_eq!(
+        err,
+        AppendError::NotHead {
+            expected: Some(eid("e2")),
+            got: None
+        }
+    );
+    assert_eq!(
+        store.chain(&exec("x")).unwrap().len(),
+        2,
+        "a rejection writes nothing"
+    );
 }
 
 #[test]
@@ -58,7 +92,10 @@ fn a_retried_append_answers_duplicate_with_its_original_seq_even_after_the_head_
     store.append(&exec("x"), &req("e1", None), 1).unwrap();
     store.append(&exec("x"), &req("e2", Some("e1")), 2).unwrap();
     let retry = store.append(&exec("x"), &req("e1", None), 3).unwrap();
-    assert_eq!((retry.exec_seq, retry.commit_index, retry.duplicate), (1, 1, true));
+    assert_eq!(
+        (retry.exec_seq, retry.commit_index, retry.duplicate),
+        (1, 1, true)
+    );
     assert_eq!(store.chain(&exec("x")).unwrap().len(), 2);
 }
 
@@ -69,7 +106,13 @@ fn a_stored_event_id_with_different_content_is_event_conflict() {
     let mut changed = req("e1", None);
     changed.payload = json!({"other": true});
     let err = store.append(&exec("x"), &changed, 2).unwrap_err();
-    assert_eq!(err, AppendError::EventConflict { event_id: eid("e1"), exec_seq: 1 });
+    assert_eq!(
+        err,
+        AppendError::EventConflict {
+            event_id: eid("e1"),
+            exec_seq: 1
+        }
+    );
     assert_eq!(store.chain(&exec("x")).unwrap()[0].payload, payload("e1"));
 }
 
@@ -77,10 +120,18 @@ fn a_stored_event_id_with_different_content_is_event_conflict() {
 fn a_failed_first_append_leaves_the_execution_not_populated() {
     // The common mid-flight case: the first event seen carries a prev the empty store lacks.
     let (_, store) = mem_store();
-    let err = store.append(&exec("x"), &req("e7", Some("e6")), 1).unwrap_err();
+    let err = store
+        .append(&exec("x"), &req("e7", Some("e6")), 1)
+        .unwrap_err();
     assert!(matches!(err, AppendError::NotHead { expected: None, .. }));
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::NotPopulated);
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NotPopulated));
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::NotPopulated
+    );
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NotPopulated)
+    );
 }
 
 #[test]
@@ -89,7 +140,10 @@ fn a_first_append_that_fails_on_io_leaves_the_execution_not_populated() {
     engine.fail_write_after(1);
     let err = store.append(&exec("x"), &req("e1", None), 1).unwrap_err();
     assert!(matches!(err, AppendError::Storage(_)));
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::NotPopulated);
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::NotPopulated
+    );
     assert!(store.chain(&exec("x")).unwrap().is_empty());
 }
 
@@ -98,7 +152,10 @@ fn a_partition_built_only_by_appends_is_never_served() {
     let (_, store) = mem_store();
     store.append(&exec("x"), &req("e1", None), 1).unwrap();
     store.append(&exec("x"), &req("e2", Some("e1")), 2).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NoCoverage));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NoCoverage)
+    );
 }
 
 #[test]
@@ -107,12 +164,19 @@ fn a_genesis_append_is_served_and_every_later_append_extends_the_coverage() {
     store.append(&exec("g"), &genesis("e1"), 1).unwrap();
     assert_eq!(
         store.coverage(&exec("g")).unwrap(),
-        Some(Coverage { root_event_id: Some(eid("e1")), total: 1, origin: Origin::Genesis })
+        Some(Coverage {
+            root_event_id: Some(eid("e1")),
+            total: 1,
+            origin: Origin::Genesis
+        })
     );
     assert_eq!(authoritative_ids(&store, "g"), ["e1"]);
     store.append(&exec("g"), &req("e2", Some("e1")), 2).unwrap();
     store.append(&exec("g"), &req("e3", Some("e2")), 3).unwrap();
-    assert_eq!(store.coverage(&exec("g")).unwrap().map(|c| c.total), Some(3));
+    assert_eq!(
+        store.coverage(&exec("g")).unwrap().map(|c| c.total),
+        Some(3)
+    );
     assert_eq!(authoritative_ids(&store, "g"), ["e1", "e2", "e3"]);
 }
 
@@ -121,8 +185,14 @@ fn genesis_with_a_prev_is_invalid_input() {
     let (_, store) = mem_store();
     let mut bad = genesis("e1");
     bad.prev_event_id = Some(eid("e0"));
-    assert!(matches!(store.append(&exec("g"), &bad, 1), Err(AppendError::InvalidInput(_))));
-    assert_eq!(store.authority(&exec("g")).unwrap(), Authority::NotPopulated);
+    assert!(matches!(
+        store.append(&exec("g"), &bad, 1),
+        Err(AppendError::InvalidInput(_))
+    ));
+    assert_eq!(
+        store.authority(&exec("g")).unwrap(),
+        Authority::NotPopulated
+    );
 }
 
 #[test]
@@ -130,14 +200,23 @@ fn genesis_on_an_execution_with_events_fails_the_head_check() {
     let (_, store) = mem_store();
     store.append(&exec("x"), &req("e1", None), 1).unwrap();
     let err = store.append(&exec("x"), &genesis("g1"), 2).unwrap_err();
-    assert_eq!(err, AppendError::NotHead { expected: Some(eid("e1")), got: None });
+    assert_eq!(
+        err,
+        AppendError::NotHead {
+            expected: Some(eid("e1")),
+            got: None
+        }
+    );
 }
 
 #[test]
 fn genesis_on_an_execution_populated_as_empty_is_invalid_input() {
     let (_, store) = mem_store();
     populate(&store, "x", &[]);
-    assert!(matches!(store.append(&exec("x"), &genesis("g1"), 2), Err(AppendError::InvalidInput(_))));
+    assert!(matches!(
+        store.append(&exec("x"), &genesis("g1"), 2),
+        Err(AppendError::InvalidInput(_))
+    ));
     assert_eq!(guarded(&store, "x"), Guarded::Authoritative(vec![]));
 }
 
@@ -147,9 +226,18 @@ fn an_append_to_a_log_covered_execution_revokes_coverage_until_the_log_confirms_
     populate(&store, "x", &linked_log(&["a", "b"]));
     store.append(&exec("x"), &req("c", Some("b")), 9).unwrap();
     assert_eq!(store.coverage(&exec("x")).unwrap(), None);
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NoCoverage));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NoCoverage)
+    );
     let outcome = populate(&store, "x", &linked_log(&["a", "b", "c"]));
-    assert_eq!(outcome, FromLog::InSync { total: 3, appended: 0 });
+    assert_eq!(
+        outcome,
+        FromLog::InSync {
+            total: 3,
+            appended: 0
+        }
+    );
     assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c"]);
 }
 
@@ -159,26 +247,51 @@ fn appends_after_an_interrupted_populate_cannot_reach_its_coverage_total() {
     // events rooted at a, and a, b are stored. A writer then appends its own c', d'. Were the
     // coverage left in place, the four stored events would match it and be served, though c'
     // and d' are not the log's events.
-    let config = StoreConfig { populate_batch_events_max: 2, ..StoreConfig::default() };
+    let config = StoreConfig {
+        populate_batch_events_max: 2,
+        ..StoreConfig::default()
+    };
     let (engine, store) = mem_store_with(config);
     engine.fail_write_after(2);
-    assert!(store.populate_from_log(&exec("x"), &linked_log(&["a", "b", "c", "d"]), 1).is_err());
-    store.append(&exec("x"), &req("c-other", Some("b")), 2).unwrap();
-    store.append(&exec("x"), &req("d-other", Some("c-other")), 3).unwrap();
+    assert!(store
+        .populate_from_log(&exec("x"), &linked_log(&["a", "b", "c", "d"]), 1)
+        .is_err());
+    store
+        .append(&exec("x"), &req("c-other", Some("b")), 2)
+        .unwrap();
+    store
+        .append(&exec("x"), &req("d-other", Some("c-other")), 3)
+        .unwrap();
     assert_eq!(store.chain(&exec("x")).unwrap().len(), 4);
     assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
     let outcome = populate(&store, "x", &linked_log(&["a", "b", "c", "d"]));
-    assert_eq!(outcome, FromLog::Diverged { at_position: 2, stored: eid("c-other"), log: eid("c") });
+    assert_eq!(
+        outcome,
+        FromLog::Diverged {
+            at_position: 2,
+            stored: eid("c-other"),
+            log: eid("c")
+        }
+    );
 }
 
 #[test]
 fn an_oversized_payload_is_too_large_and_writes_nothing() {
-    let config = StoreConfig { payload_bytes_max: 64, ..StoreConfig::default() };
+    let config = StoreConfig {
+        payload_bytes_max: 64,
+        ..StoreConfig::default()
+    };
     let (_, store) = mem_store_with(config);
     let mut big = req("e1", None);
     big.payload = json!("x".repeat(100));
-    assert!(matches!(store.append(&exec("x"), &big, 1), Err(AppendError::TooLarge(_))));
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::NotPopulated);
+    assert!(matches!(
+        store.append(&exec("x"), &big, 1),
+        Err(AppendError::TooLarge(_))
+    ));
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::NotPopulated
+    );
 }
 
 // ---- 4.2 apply_replicated ----
@@ -187,13 +300,23 @@ fn an_oversized_payload_is_too_large_and_writes_nothing() {
 fn replicated_events_arrive_out_of_order_the_gap_is_named_then_the_chain_completes() {
     let (_, store) = mem_store();
     let x = exec("x");
-    store.apply_replicated(&x, &[chain_event("x", 3, "c", Some("b"))], 1).unwrap();
-    store.apply_replicated(&x, &[chain_event("x", 1, "a", None)], 2).unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 3, "c", Some("b"))], 1)
+        .unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 1, "a", None)], 2)
+        .unwrap();
     assert_eq!(
         store.chain_is_complete(&x).unwrap(),
-        Completeness::Incomplete { gap_at: Some(eid("b")), walked: 1, span: 3 }
+        Completeness::Incomplete {
+            gap_at: Some(eid("b")),
+            walked: 1,
+            span: 3
+        }
     );
-    store.apply_replicated(&x, &[chain_event("x", 2, "b", Some("a"))], 3).unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 2, "b", Some("a"))], 3)
+        .unwrap();
     assert_eq!(store.chain_is_complete(&x).unwrap(), Completeness::Complete);
     assert_eq!(ids(&store.chain(&x).unwrap()), ["a", "b", "c"]);
     assert_eq!(ids(&store.walk_from_head(&x).unwrap()), ["c", "b", "a"]);
@@ -203,23 +326,38 @@ fn replicated_events_arrive_out_of_order_the_gap_is_named_then_the_chain_complet
 fn identical_redelivery_is_a_no_op() {
     let (engine, store) = mem_store();
     let x = exec("x");
-    let delivery = [chain_event("x", 1, "a", None), chain_event("x", 2, "b", Some("a"))];
+    let delivery = [
+        chain_event("x", 1, "a", None),
+        chain_event("x", 2, "b", Some("a")),
+    ];
     store.apply_replicated(&x, &delivery, 1).unwrap();
     let before = engine.dump();
     let again = store.apply_replicated(&x, &delivery, 2).unwrap();
     assert_eq!((again.applied, again.duplicates), (0, 2));
-    assert_eq!(engine.dump(), before, "a redelivery writes nothing, not even the commit index");
+    assert_eq!(
+        engine.dump(),
+        before,
+        "a redelivery writes nothing, not even the commit index"
+    );
 }
 
 #[test]
 fn a_different_event_at_an_occupied_seq_is_forked_and_writes_nothing() {
     let (engine, store) = mem_store();
     let x = exec("x");
-    store.apply_replicated(&x, &[chain_event("x", 1, "a", None)], 1).unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 1, "a", None)], 1)
+        .unwrap();
     let before = engine.dump();
-    let delivery = [chain_event("x", 2, "b", Some("a")), chain_event("x", 1, "z", None)];
+    let delivery = [
+        chain_event("x", 2, "b", Some("a")),
+        chain_event("x", 1, "z", None),
+    ];
     let err = store.apply_replicated(&x, &delivery, 2).unwrap_err();
-    assert!(matches!(err, ReplicateError::Forked(raft_store::Fork::SeqTaken { exec_seq: 1, .. })));
+    assert!(matches!(
+        err,
+        ReplicateError::Forked(raft_store::Fork::SeqTaken { exec_seq: 1, .. })
+    ));
     assert_eq!(engine.dump(), before);
 }
 
@@ -227,11 +365,19 @@ fn a_different_event_at_an_occupied_seq_is_forked_and_writes_nothing() {
 fn a_known_event_id_at_another_seq_is_forked() {
     let (_, store) = mem_store();
     let x = exec("x");
-    store.apply_replicated(&x, &[chain_event("x", 1, "a", None)], 1).unwrap();
-    let err = store.apply_replicated(&x, &[chain_event("x", 2, "a", None)], 2).unwrap_err();
+    store
+        .apply_replicated(&x, &[chain_event("x", 1, "a", None)], 1)
+        .unwrap();
+    let err = store
+        .apply_replicated(&x, &[chain_event("x", 2, "a", None)], 2)
+        .unwrap_err();
     assert!(matches!(
         err,
-        ReplicateError::Forked(raft_store::Fork::IdElsewhere { stored_seq: 1, offered_seq: 2, .. })
+        ReplicateError::Forked(raft_store::Fork::IdElsewhere {
+            stored_seq: 1,
+            offered_seq: 2,
+            ..
+        })
     ));
 }
 
@@ -239,22 +385,46 @@ fn a_known_event_id_at_another_seq_is_forked() {
 fn the_head_advances_only_for_newer_events_and_the_watermark_widens_both_ways() {
     let (_, store) = mem_store();
     let x = exec("x");
-    store.apply_replicated(&x, &[chain_event("x", 5, "e", Some("d"))], 1).unwrap();
-    store.apply_replicated(&x, &[chain_event("x", 3, "c", Some("b"))], 2).unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 5, "e", Some("d"))], 1)
+        .unwrap();
+    store
+        .apply_replicated(&x, &[chain_event("x", 3, "c", Some("b"))], 2)
+        .unwrap();
     assert_eq!(store.head(&x).unwrap().map(|h| h.exec_seq), Some(5));
-    assert_eq!(store.authority(&x).unwrap(), Authority::Authoritative { first_seq: 3, through_seq: 5 });
-    store.apply_replicated(&x, &[chain_event("x", 7, "g", Some("f"))], 3).unwrap();
+    assert_eq!(
+        store.authority(&x).unwrap(),
+        Authority::Authoritative {
+            first_seq: 3,
+            through_seq: 5
+        }
+    );
+    store
+        .apply_replicated(&x, &[chain_event("x", 7, "g", Some("f"))], 3)
+        .unwrap();
     assert_eq!(store.head(&x).unwrap().map(|h| h.exec_seq), Some(7));
-    assert_eq!(store.authority(&x).unwrap(), Authority::Authoritative { first_seq: 3, through_seq: 7 });
+    assert_eq!(
+        store.authority(&x).unwrap(),
+        Authority::Authoritative {
+            first_seq: 3,
+            through_seq: 7
+        }
+    );
 }
 
 #[test]
 fn replicated_events_never_make_a_partition_servable() {
     let (_, store) = mem_store();
     let x = exec("x");
-    let all = [chain_event("x", 1, "a", None), chain_event("x", 2, "b", Some("a"))];
+    let all = [
+        chain_event("x", 1, "a", None),
+        chain_event("x", 2, "b", Some("a")),
+    ];
     store.apply_replicated(&x, &all, 1).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NoCoverage));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NoCoverage)
+    );
 }
 
 // ---- 4.3 populate_from_log ----
@@ -262,14 +432,29 @@ fn replicated_events_never_make_a_partition_servable() {
 #[test]
 fn an_unpopulated_execution_answers_not_populated_never_an_empty_chain() {
     let (_, store) = mem_store();
-    assert_eq!(guarded(&store, "never-seen"), Guarded::CannotAnswer(Reason::NotPopulated));
+    assert_eq!(
+        guarded(&store, "never-seen"),
+        Guarded::CannotAnswer(Reason::NotPopulated)
+    );
 }
 
 #[test]
 fn a_populated_empty_execution_answers_authoritative_empty() {
     let (_, store) = mem_store();
-    assert_eq!(populate(&store, "x", &[]), FromLog::InSync { total: 0, appended: 0 });
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::Authoritative { first_seq: 0, through_seq: 0 });
+    assert_eq!(
+        populate(&store, "x", &[]),
+        FromLog::InSync {
+            total: 0,
+            appended: 0
+        }
+    );
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::Authoritative {
+            first_seq: 0,
+            through_seq: 0
+        }
+    );
     assert_eq!(guarded(&store, "x"), Guarded::Authoritative(vec![]));
 }
 
@@ -277,7 +462,13 @@ fn a_populated_empty_execution_answers_authoritative_empty() {
 fn an_empty_log_over_stored_events_is_stale_log() {
     let (_, store) = mem_store();
     populate(&store, "x", &linked_log(&["a", "b"]));
-    assert_eq!(populate(&store, "x", &[]), FromLog::StaleLog { stored_len: 2, log_len: 0 });
+    assert_eq!(
+        populate(&store, "x", &[]),
+        FromLog::StaleLog {
+            stored_len: 2,
+            log_len: 0
+        }
+    );
     assert_eq!(authoritative_ids(&store, "x"), ["a", "b"]);
 }
 
@@ -285,10 +476,22 @@ fn an_empty_log_over_stored_events_is_stale_log() {
 fn a_log_is_populated_then_served_and_the_same_log_twice_appends_nothing() {
     let (engine, store) = mem_store();
     let log = linked_log(&["a", "b", "c"]);
-    assert_eq!(populate(&store, "x", &log), FromLog::InSync { total: 3, appended: 3 });
+    assert_eq!(
+        populate(&store, "x", &log),
+        FromLog::InSync {
+            total: 3,
+            appended: 3
+        }
+    );
     assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c"]);
     let before = engine.dump();
-    assert_eq!(populate(&store, "x", &log), FromLog::InSync { total: 3, appended: 0 });
+    assert_eq!(
+        populate(&store, "x", &log),
+        FromLog::InSync {
+            total: 3,
+            appended: 0
+        }
+    );
     assert_eq!(engine.dump(), before);
 }
 
@@ -297,7 +500,13 @@ fn a_longer_log_extends_the_partition_incrementally() {
     let (_, store) = mem_store();
     populate(&store, "x", &linked_log(&["a", "b"]));
     let outcome = populate(&store, "x", &linked_log(&["a", "b", "c", "d"]));
-    assert_eq!(outcome, FromLog::InSync { total: 4, appended: 2 });
+    assert_eq!(
+        outcome,
+        FromLog::InSync {
+            total: 4,
+            appended: 2
+        }
+    );
     assert_eq!(outcome.label(), "extended");
     assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c", "d"]);
 }
@@ -305,10 +514,24 @@ fn a_longer_log_extends_the_partition_incrementally() {
 #[test]
 fn a_lower_id_committed_later_causes_no_divergence_because_order_follows_links() {
     let (_, store) = mem_store();
-    populate(&store, "x", &[log_event("m", None), log_event("q", Some("m"))]);
+    populate(
+        &store,
+        "x",
+        &[log_event("m", None), log_event("q", Some("m"))],
+    );
     // "b" sorts before both but links after "q"; the log hands the events over in id order.
-    let log = [log_event("b", Some("q")), log_event("m", None), log_event("q", Some("m"))];
-    assert_eq!(populate(&store, "x", &log), FromLog::InSync { total: 3, appended: 1 });
+    let log = [
+        log_event("b", Some("q")),
+        log_event("m", None),
+        log_event("q", Some("m")),
+    ];
+    assert_eq!(
+        populate(&store, "x", &log),
+        FromLog::InSync {
+            total: 3,
+            appended: 1
+        }
+    );
     assert_eq!(authoritative_ids(&store, "x"), ["m", "q", "b"]);
 }
 
@@ -317,7 +540,13 @@ fn a_stale_log_is_stale_log_not_divergence_and_the_partition_stays_servable() {
     let (_, store) = mem_store();
     populate(&store, "x", &linked_log(&["a", "b", "c", "d", "e"]));
     let outcome = populate(&store, "x", &linked_log(&["a", "b"]));
-    assert_eq!(outcome, FromLog::StaleLog { stored_len: 5, log_len: 2 });
+    assert_eq!(
+        outcome,
+        FromLog::StaleLog {
+            stored_len: 5,
+            log_len: 2
+        }
+    );
     assert!(outcome.is_healthy());
     assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c", "d", "e"]);
 }
@@ -327,7 +556,14 @@ fn a_content_conflict_in_a_shorter_log_is_diverged_not_stale() {
     let (_, store) = mem_store();
     populate(&store, "x", &linked_log(&["a", "b", "c", "d"]));
     let outcome = populate(&store, "x", &linked_log(&["a", "z"]));
-    assert_eq!(outcome, FromLog::Diverged { at_position: 1, stored: eid("b"), log: eid("z") });
+    assert_eq!(
+        outcome,
+        FromLog::Diverged {
+            at_position: 1,
+            stored: eid("b"),
+            log: eid("z")
+        }
+    );
     assert!(!outcome.is_healthy());
 }
 
@@ -338,22 +574,62 @@ fn divergence_revokes_serve_trust_but_keeps_events_and_watermark_as_evidence() {
     let mut log = linked_log(&["a", "b", "c", "d"]);
     log[2].payload = json!({"rewritten": true});
     let outcome = populate(&store, "x", &log);
-    assert_eq!(outcome, FromLog::Diverged { at_position: 2, stored: eid("c"), log: eid("c") });
+    assert_eq!(
+        outcome,
+        FromLog::Diverged {
+            at_position: 2,
+            stored: eid("c"),
+            log: eid("c")
+        }
+    );
     assert_eq!(store.coverage(&exec("x")).unwrap(), None);
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NoCoverage));
-    assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["a", "b", "c"], "nothing appended");
-    assert_eq!(store.authority(&exec("x")).unwrap(), Authority::Authoritative { first_seq: 1, through_seq: 3 });
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NoCoverage)
+    );
+    assert_eq!(
+        ids(&store.chain(&exec("x")).unwrap()),
+        ["a", "b", "c"],
+        "nothing appended"
+    );
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::Authoritative {
+            first_seq: 1,
+            through_seq: 3
+        }
+    );
 }
 
 #[test]
 fn each_malformed_log_is_refused_appends_nothing_and_revokes_coverage() {
     let cases = [
-        (vec![log_event("a", None), log_event("b", Some("a")), log_event("c", Some("a"))], Refusal::Fork),
-        (vec![log_event("a", None), log_event("b", None)], Refusal::MultipleRoots),
-        (vec![log_event("a", None), log_event("b", Some("ghost"))], Refusal::DanglingPrev),
-        (vec![log_event("a", Some("b")), log_event("b", Some("a"))], Refusal::NoRoot),
         (
-            vec![log_event("a", None), log_event("c", Some("d")), log_event("d", Some("c"))],
+            vec![
+                log_event("a", None),
+                log_event("b", Some("a")),
+                log_event("c", Some("a")),
+            ],
+            Refusal::Fork,
+        ),
+        (
+            vec![log_event("a", None), log_event("b", None)],
+            Refusal::MultipleRoots,
+        ),
+        (
+            vec![log_event("a", None), log_event("b", Some("ghost"))],
+            Refusal::DanglingPrev,
+        ),
+        (
+            vec![log_event("a", Some("b")), log_event("b", Some("a"))],
+            Refusal::NoRoot,
+        ),
+        (
+            vec![
+                log_event("a", None),
+                log_event("c", Some("d")),
+                log_event("d", Some("c")),
+            ],
             Refusal::Unreachable,
         ),
     ];
@@ -362,9 +638,20 @@ fn each_malformed_log_is_refused_appends_nothing_and_revokes_coverage() {
         populate(&store, "x", &linked_log(&["a"]));
         assert_eq!(authoritative_ids(&store, "x"), ["a"]);
         assert_eq!(populate(&store, "x", &log), FromLog::Refused { reason });
-        assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["a"], "{reason:?}: nothing appended");
-        assert_eq!(store.coverage(&exec("x")).unwrap(), None, "{reason:?}: coverage revoked");
-        assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NoCoverage));
+        assert_eq!(
+            ids(&store.chain(&exec("x")).unwrap()),
+            ["a"],
+            "{reason:?}: nothing appended"
+        );
+        assert_eq!(
+            store.coverage(&exec("x")).unwrap(),
+            None,
+            "{reason:?}: coverage revoked"
+        );
+        assert_eq!(
+            guarded(&store, "x"),
+            Guarded::CannotAnswer(Reason::NoCoverage)
+        );
     }
 }
 
@@ -372,8 +659,16 @@ fn each_malformed_log_is_refused_appends_nothing_and_revokes_coverage() {
 fn a_refused_log_on_a_fresh_execution_leaves_it_not_populated() {
     let (_, store) = mem_store();
     let log = [log_event("a", None), log_event("b", None)];
-    assert_eq!(populate(&store, "x", &log), FromLog::Refused { reason: Refusal::MultipleRoots });
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NotPopulated));
+    assert_eq!(
+        populate(&store, "x", &log),
+        FromLog::Refused {
+            reason: Refusal::MultipleRoots
+        }
+    );
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NotPopulated)
+    );
 }
 
 #[test]
@@ -382,7 +677,10 @@ fn a_log_repeating_an_event_id_is_invalid_input() {
     let log = [log_event("a", None), log_event("a", None)];
     let err = store.populate_from_log(&exec("x"), &log, 1).unwrap_err();
     assert!(matches!(err, PopulateError::InvalidInput(_)));
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::NotPopulated));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NotPopulated)
+    );
 }
 
 #[test]
@@ -391,19 +689,39 @@ fn coverage_never_shrinks_so_a_stale_log_cannot_serve_an_interrupted_long_one_sh
     // four events are stored, no watermark. A stale log of 6 then arrives. It reaches the
     // coverage write (the store holds less than it), where the total must stay 10: had it shrunk
     // to 6, the six stored events would be served as the whole chain.
-    let config = StoreConfig { populate_batch_events_max: 4, ..StoreConfig::default() };
+    let config = StoreConfig {
+        populate_batch_events_max: 4,
+        ..StoreConfig::default()
+    };
     let (engine, store) = mem_store_with(config);
     let names: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     engine.fail_write_after(2);
-    assert!(store.populate_from_log(&exec("x"), &linked_log(&names), 1).is_err());
-    assert_eq!(store.coverage(&exec("x")).unwrap().map(|c| c.total), Some(10));
+    assert!(store
+        .populate_from_log(&exec("x"), &linked_log(&names), 1)
+        .is_err());
+    assert_eq!(
+        store.coverage(&exec("x")).unwrap().map(|c| c.total),
+        Some(10)
+    );
     assert_eq!(store.chain(&exec("x")).unwrap().len(), 4);
 
     let outcome = populate(&store, "x", &linked_log(&names[..6]));
-    assert_eq!(outcome, FromLog::InSync { total: 10, appended: 2 });
-    assert_eq!(store.coverage(&exec("x")).unwrap().map(|c| c.total), Some(10));
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::CoverageMismatch));
+    assert_eq!(
+        outcome,
+        FromLog::InSync {
+            total: 10,
+            appended: 2
+        }
+    );
+    assert_eq!(
+        store.coverage(&exec("x")).unwrap().map(|c| c.total),
+        Some(10)
+    );
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::CoverageMismatch)
+    );
 
     populate(&store, "x", &linked_log(&names));
     assert_eq!(authoritative_ids(&store, "x"), names);
@@ -411,24 +729,46 @@ fn coverage_never_shrinks_so_a_stale_log_cannot_serve_an_interrupted_long_one_sh
 
 #[test]
 fn coverage_raise_keeps_the_larger_total_under_the_same_root_only() {
-    let old = Coverage { root_event_id: Some(eid("r")), total: 9, origin: Origin::Log };
-    let smaller = Coverage { total: 4, ..old.clone() };
+    let old = Coverage {
+        root_event_id: Some(eid("r")),
+        total: 9,
+        origin: Origin::Log,
+    };
+    let smaller = Coverage {
+        total: 4,
+        ..old.clone()
+    };
     assert_eq!(smaller.raise(Some(&old)).total, 9);
-    let larger = Coverage { total: 12, ..old.clone() };
+    let larger = Coverage {
+        total: 12,
+        ..old.clone()
+    };
     assert_eq!(larger.clone().raise(Some(&old)), larger);
-    let other_root = Coverage { root_event_id: Some(eid("s")), total: 2, origin: Origin::Log };
+    let other_root = Coverage {
+        root_event_id: Some(eid("s")),
+        total: 2,
+        origin: Origin::Log,
+    };
     assert_eq!(other_root.clone().raise(Some(&old)), other_root);
 }
 
 #[test]
 fn an_interrupted_populate_is_refused_until_a_retry_completes_it() {
-    let config = StoreConfig { populate_batch_events_max: 2, ..StoreConfig::default() };
+    let config = StoreConfig {
+        populate_batch_events_max: 2,
+        ..StoreConfig::default()
+    };
     let names = ["a", "b", "c", "d", "e"];
     for failing_write in 1..=3 {
         let (engine, store) = mem_store_with(config.clone());
         engine.fail_write_after(failing_write);
-        assert!(store.populate_from_log(&exec("x"), &linked_log(&names), 1).is_err());
-        assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)), "write {failing_write}");
+        assert!(store
+            .populate_from_log(&exec("x"), &linked_log(&names), 1)
+            .is_err());
+        assert!(
+            matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)),
+            "write {failing_write}"
+        );
         populate(&store, "x", &linked_log(&names));
         assert_eq!(authoritative_ids(&store, "x"), names);
     }
@@ -446,24 +786,38 @@ fn a_watermark_ahead_of_the_content_refuses() {
         execution_id: exec("x"),
         head_check: HeadCheck::Any,
         events: vec![],
-        watermark: Some(Watermark { first_seq: 1, through_seq: 4 }),
+        watermark: Some(Watermark {
+            first_seq: 1,
+            through_seq: 4,
+        }),
         coverage: CoverageChange::Keep,
     };
     store.apply_effect(&bump, 9).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::WatermarkAhead));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::WatermarkAhead)
+    );
 }
 
 #[test]
 fn a_watermark_behind_the_content_refuses() {
     // A populate of an authoritative execution interrupted after its first batch: events beyond
     // the watermark are stored.
-    let config = StoreConfig { populate_batch_events_max: 1, ..StoreConfig::default() };
+    let config = StoreConfig {
+        populate_batch_events_max: 1,
+        ..StoreConfig::default()
+    };
     let (engine, store) = mem_store_with(config);
     populate(&store, "x", &linked_log(&["a"]));
     engine.fail_write_after(2);
-    assert!(store.populate_from_log(&exec("x"), &linked_log(&["a", "b", "c"]), 2).is_err());
+    assert!(store
+        .populate_from_log(&exec("x"), &linked_log(&["a", "b", "c"]), 2)
+        .is_err());
     assert_eq!(store.head(&exec("x")).unwrap().map(|h| h.exec_seq), Some(2));
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::WatermarkAhead));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::WatermarkAhead)
+    );
 }
 
 #[test]
@@ -475,12 +829,22 @@ fn a_chain_whose_length_or_root_disagrees_with_coverage_refuses() {
         head_check: HeadCheck::Any,
         events: vec![],
         watermark: None,
-        coverage: CoverageChange::Raise(Coverage { root_event_id: Some(eid(root)), total, origin: Origin::Log }),
+        coverage: CoverageChange::Raise(Coverage {
+            root_event_id: Some(eid(root)),
+            total,
+            origin: Origin::Log,
+        }),
     };
     store.apply_effect(&claim("a", 3), 9).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::CoverageMismatch));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::CoverageMismatch)
+    );
     store.apply_effect(&claim("z", 2), 9).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::CoverageMismatch));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::CoverageMismatch)
+    );
 }
 
 #[test]
@@ -499,10 +863,17 @@ fn a_chain_with_a_broken_link_refuses() {
         head_check: HeadCheck::Any,
         events: vec![],
         watermark: None,
-        coverage: CoverageChange::Raise(Coverage { root_event_id: Some(eid("a")), total: 3, origin: Origin::Log }),
+        coverage: CoverageChange::Raise(Coverage {
+            root_event_id: Some(eid("a")),
+            total: 3,
+            origin: Origin::Log,
+        }),
     };
     store.apply_effect(&cover, 2).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::BrokenChain));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::BrokenChain)
+    );
     assert!(!store.chain_is_complete(&x).unwrap().is_complete());
 }
 
@@ -510,18 +881,31 @@ fn a_chain_with_a_broken_link_refuses() {
 fn a_chain_with_a_hole_refuses_and_names_the_gap() {
     let (_, store) = mem_store();
     let x = exec("x");
-    let delivery = [chain_event("x", 1, "a", None), chain_event("x", 3, "c", Some("b"))];
+    let delivery = [
+        chain_event("x", 1, "a", None),
+        chain_event("x", 3, "c", Some("b")),
+    ];
     store.apply_replicated(&x, &delivery, 1).unwrap();
     let cover = Effect {
         execution_id: x.clone(),
         head_check: HeadCheck::Any,
         events: vec![],
         watermark: None,
-        coverage: CoverageChange::Raise(Coverage { root_event_id: Some(eid("a")), total: 2, origin: Origin::Log }),
+        coverage: CoverageChange::Raise(Coverage {
+            root_event_id: Some(eid("a")),
+            total: 2,
+            origin: Origin::Log,
+        }),
     };
     store.apply_effect(&cover, 2).unwrap();
-    assert_eq!(guarded(&store, "x"), Guarded::CannotAnswer(Reason::BrokenChain));
-    assert_eq!(store.chain_is_complete(&x).unwrap().gap_at(), Some(&eid("b")));
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::BrokenChain)
+    );
+    assert_eq!(
+        store.chain_is_complete(&x).unwrap().gap_at(),
+        Some(&eid("b"))
+    );
 }
 
 #[test]
@@ -538,7 +922,11 @@ fn completeness_compares_the_walk_with_the_span_not_a_count() {
     store.apply_replicated(&x, &delivery, 1).unwrap();
     assert_eq!(
         store.chain_is_complete(&x).unwrap(),
-        Completeness::Incomplete { gap_at: None, walked: 1, span: 3 }
+        Completeness::Incomplete {
+            gap_at: None,
+            walked: 1,
+            span: 3
+        }
     );
 }
 
@@ -559,13 +947,29 @@ fn the_change_feed_is_commit_ordered_and_pages_never_split_a_commit() {
     populate(&store, "a", &linked_log(&["a1", "a2", "a3"]));
     store.append(&exec("c"), &req("c1", None), 9).unwrap();
     let all = store.changes(0, 100).unwrap();
-    let seen: Vec<(u64, String)> =
-        all.changes.iter().map(|c| (c.commit_index, c.event_id.to_string())).collect();
-    assert_eq!(seen, [(1, "b1".into()), (7, "a1".into()), (7, "a2".into()), (7, "a3".into()), (9, "c1".into())]);
+    let seen: Vec<(u64, String)> = all
+        .changes
+        .iter()
+        .map(|c| (c.commit_index, c.event_id.to_string()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, "b1".into()),
+            (7, "a1".into()),
+            (7, "a2".into()),
+            (7, "a3".into()),
+            (9, "c1".into())
+        ]
+    );
     assert_eq!(all.next, 9);
 
     let first = store.changes(0, 2).unwrap();
-    assert_eq!(first.changes.len(), 4, "the page takes the whole of commit 7");
+    assert_eq!(
+        first.changes.len(),
+        4,
+        "the page takes the whole of commit 7"
+    );
     assert_eq!(first.next, 7);
     let second = store.changes(first.next, 2).unwrap();
     assert_eq!(second.changes.len(), 1);

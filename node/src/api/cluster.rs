@@ -34,8 +34,10 @@ pub async fn status(State(node): State<Arc<Node>>) -> Response {
     let membership = m.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
-    let nodes: BTreeMap<String, String> =
-        membership.nodes().map(|(id, n)| (id.to_string(), n.addr.clone())).collect();
+    let nodes: BTreeMap<String, String> = membership
+        .nodes()
+        .map(|(id, n)| (id.to_string(), n.addr.clone()))
+        .collect();
     Json(json!({
         "node_id": node.id(),
         "state": state_name(m.state),
@@ -64,7 +66,9 @@ pub async fn init(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body)
         let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
         let request: InitBody = parse_json(&bytes)?;
         if request.nodes.is_empty() || request.nodes.values().any(|addr| addr.is_empty()) {
-            return Err(ApiError::InvalidInput("nodes must map at least one node id to an address".into()));
+            return Err(ApiError::InvalidInput(
+                "nodes must map at least one node id to an address".into(),
+            ));
         }
         node.initialize(request.nodes).await?;
         Ok(Json(json!({ "initialized": true })).into_response())
@@ -86,7 +90,13 @@ struct VotersBody {
 }
 
 /// Runs a membership change on the leader, forwarding when this node is not it.
-async fn membership<T, F, Fut>(node: Arc<Node>, uri: Uri, headers: HeaderMap, body: Body, run: F) -> Response
+async fn membership<T, F, Fut>(
+    node: Arc<Node>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+    run: F,
+) -> Response
 where
     T: serde::de::DeserializeOwned,
     F: FnOnce(Arc<Node>, T) -> Fut,
@@ -107,23 +117,45 @@ where
 }
 
 /// `POST /v1/cluster/learners` — `{node_id, addr}`; returns once the learner caught up.
-pub async fn add_learner(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
-    membership(node, uri, headers, body, |node, request: LearnerBody| async move {
-        if request.addr.is_empty() {
-            return Err(MembershipError::Invalid("addr must not be empty".into()));
-        }
-        node.add_learner(request.node_id, request.addr).await
-    })
+pub async fn add_learner(
+    State(node): State<Arc<Node>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    membership(
+        node,
+        uri,
+        headers,
+        body,
+        |node, request: LearnerBody| async move {
+            if request.addr.is_empty() {
+                return Err(MembershipError::Invalid("addr must not be empty".into()));
+            }
+            node.add_learner(request.node_id, request.addr).await
+        },
+    )
     .await
 }
 
 /// `POST /v1/cluster/voters` — `{voters: [ids]}`: the complete new voter set.
-pub async fn change_voters(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
-    membership(node, uri, headers, body, |node, request: VotersBody| async move {
-        if request.voters.is_empty() {
-            return Err(MembershipError::Invalid("voters must not be empty".into()));
-        }
-        node.change_voters(request.voters).await
-    })
+pub async fn change_voters(
+    State(node): State<Arc<Node>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    membership(
+        node,
+        uri,
+        headers,
+        body,
+        |node, request: VotersBody| async move {
+            if request.voters.is_empty() {
+                return Err(MembershipError::Invalid("voters must not be empty".into()));
+            }
+            node.change_voters(request.voters).await
+        },
+    )
     .await
 }

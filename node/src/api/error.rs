@@ -52,7 +52,10 @@ pub enum ApiError {
 impl ApiError {
     /// A 503 `unavailable` without an applied index.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        ApiError::Unavailable { message: message.into(), applied_index: None }
+        ApiError::Unavailable {
+            message: message.into(),
+            applied_index: None,
+        }
     }
 
     fn parts(&self) -> (StatusCode, &'static str, String, Map<String, Value>) {
@@ -64,7 +67,11 @@ impl ApiError {
             ApiError::NotHead { expected, got } => {
                 fields.insert("expected".into(), json!(expected));
                 fields.insert("got".into(), json!(got));
-                (StatusCode::CONFLICT, "not_head", "prev_event_id is not the head of the execution".into())
+                (
+                    StatusCode::CONFLICT,
+                    "not_head",
+                    "prev_event_id is not the head of the execution".into(),
+                )
             }
             ApiError::EventConflict { event_id, exec_seq } => {
                 fields.insert("event_id".into(), json!(event_id));
@@ -78,11 +85,18 @@ impl ApiError {
             ApiError::Forked(m) => (StatusCode::CONFLICT, "forked", m.clone()),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
             ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
-            ApiError::Unavailable { message, applied_index } => {
+            ApiError::Unavailable {
+                message,
+                applied_index,
+            } => {
                 if let Some(index) = applied_index {
                     fields.insert("applied_index".into(), json!(index));
                 }
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", message.clone())
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    message.clone(),
+                )
             }
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m.clone()),
         };
@@ -97,7 +111,9 @@ impl IntoResponse for ApiError {
         fields.insert("message".into(), json!(message));
         let mut response = (status, axum::Json(Value::Object(fields))).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }
@@ -107,7 +123,9 @@ impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         match err {
             StorageError::Io(m) => ApiError::unavailable(format!("storage I/O error: {m}")),
-            StorageError::Corrupted(m) => ApiError::Internal(format!("stored data is corrupted: {m}")),
+            StorageError::Corrupted(m) => {
+                ApiError::Internal(format!("stored data is corrupted: {m}"))
+            }
         }
     }
 }
@@ -115,11 +133,15 @@ impl From<StorageError> for ApiError {
 impl From<Rejection> for ApiError {
     fn from(rejection: Rejection) -> Self {
         match rejection {
-            Rejection::Forked(fork) => ApiError::Forked(format!("the write would fork the chain: {fork:?}")),
+            Rejection::Forked(fork) => {
+                ApiError::Forked(format!("the write would fork the chain: {fork:?}"))
+            }
             Rejection::HeadMoved { .. } => {
                 ApiError::unavailable("the execution changed while the write was applied; retry it")
             }
-            Rejection::Malformed(m) => ApiError::Internal(format!("the leader proposed a malformed effect: {m}")),
+            Rejection::Malformed(m) => {
+                ApiError::Internal(format!("the leader proposed a malformed effect: {m}"))
+            }
         }
     }
 }
@@ -127,27 +149,41 @@ impl From<Rejection> for ApiError {
 impl From<WriteError> for ApiError {
     fn from(err: WriteError) -> Self {
         match err {
-            WriteError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
+            WriteError::NotLeader(_) => {
+                ApiError::NoLeader("no leader is known; retry shortly".into())
+            }
             WriteError::Append(err) => match err {
                 AppendError::InvalidInput(m) => ApiError::InvalidInput(m),
                 AppendError::TooLarge(m) => ApiError::TooLarge(m),
                 AppendError::NotHead { expected, got } => ApiError::NotHead { expected, got },
-                AppendError::EventConflict { event_id, exec_seq } => ApiError::EventConflict { event_id, exec_seq },
-                AppendError::Forked(fork) => ApiError::Forked(format!("the write would fork the chain: {fork:?}")),
-                AppendError::HeadMoved => ApiError::unavailable("the execution changed under the write; retry it"),
+                AppendError::EventConflict { event_id, exec_seq } => {
+                    ApiError::EventConflict { event_id, exec_seq }
+                }
+                AppendError::Forked(fork) => {
+                    ApiError::Forked(format!("the write would fork the chain: {fork:?}"))
+                }
+                AppendError::HeadMoved => {
+                    ApiError::unavailable("the execution changed under the write; retry it")
+                }
                 AppendError::Storage(err) => err.into(),
             },
             WriteError::Populate(err) => match err {
                 PopulateError::InvalidInput(m) => ApiError::InvalidInput(m),
                 PopulateError::TooLarge(m) => ApiError::TooLarge(m),
-                PopulateError::HeadMoved => ApiError::unavailable("the execution changed under the populate; retry it"),
-                PopulateError::Forked(fork) => ApiError::Forked(format!("the populate would fork the chain: {fork:?}")),
+                PopulateError::HeadMoved => {
+                    ApiError::unavailable("the execution changed under the populate; retry it")
+                }
+                PopulateError::Forked(fork) => {
+                    ApiError::Forked(format!("the populate would fork the chain: {fork:?}"))
+                }
                 PopulateError::Storage(err) => err.into(),
             },
             WriteError::Replicate(err) => match err {
                 ReplicateError::InvalidInput(m) => ApiError::InvalidInput(m),
                 ReplicateError::TooLarge(m) => ApiError::TooLarge(m),
-                ReplicateError::Forked(fork) => ApiError::Forked(format!("the delivery would fork the chain: {fork:?}")),
+                ReplicateError::Forked(fork) => {
+                    ApiError::Forked(format!("the delivery would fork the chain: {fork:?}"))
+                }
                 ReplicateError::Storage(err) => err.into(),
             },
             WriteError::Rejected(rejection) => rejection.into(),
@@ -160,10 +196,16 @@ impl From<WriteError> for ApiError {
 impl From<ReadError> for ApiError {
     fn from(err: ReadError) -> Self {
         match err {
-            ReadError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
-            ReadError::Unavailable { message, applied_index } => {
-                ApiError::Unavailable { message, applied_index: Some(applied_index) }
+            ReadError::NotLeader(_) => {
+                ApiError::NoLeader("no leader is known; retry shortly".into())
             }
+            ReadError::Unavailable {
+                message,
+                applied_index,
+            } => ApiError::Unavailable {
+                message,
+                applied_index: Some(applied_index),
+            },
         }
     }
 }
@@ -171,7 +213,9 @@ impl From<ReadError> for ApiError {
 impl From<MembershipError> for ApiError {
     fn from(err: MembershipError) -> Self {
         match err {
-            MembershipError::NotLeader(_) => ApiError::NoLeader("no leader is known; retry shortly".into()),
+            MembershipError::NotLeader(_) => {
+                ApiError::NoLeader("no leader is known; retry shortly".into())
+            }
             MembershipError::Invalid(m) => ApiError::InvalidInput(m),
             MembershipError::Unavailable(m) => ApiError::unavailable(m),
         }

@@ -46,7 +46,14 @@ fn consistency(raw: Option<&str>) -> Result<Consistency, ApiError> {
 
 /// Runs a write: validates the path and body, asks the node, forwards to the leader when this
 /// node is not it, and names the leader on the answer.
-async fn write<T, F, Fut>(node: Arc<Node>, id: String, uri: Uri, headers: HeaderMap, body: Body, run: F) -> Response
+async fn write<T, F, Fut>(
+    node: Arc<Node>,
+    id: String,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+    run: F,
+) -> Response
 where
     T: serde::de::DeserializeOwned,
     F: FnOnce(Arc<Node>, ExecutionId, T) -> Fut,
@@ -58,7 +65,9 @@ where
         let request: T = parse_json(&bytes)?;
         match run(Arc::clone(&node), exec, request).await {
             Ok(response) => Ok(response),
-            Err(WriteError::NotLeader(leader)) => Ok(forward(&node, leader, Method::POST, &uri, &headers, bytes).await),
+            Err(WriteError::NotLeader(leader)) => {
+                Ok(forward(&node, leader, Method::POST, &uri, &headers, bytes).await)
+            }
             Err(err) => Err(ApiError::from(err)),
         }
     };
@@ -80,7 +89,9 @@ async fn read_barrier(
     let level = consistency(consistency_raw).map_err(IntoResponse::into_response)?;
     match node.read_barrier(level, min_index).await {
         Ok(applied) => Ok(applied),
-        Err(ReadError::NotLeader(leader)) => Err(forward(node, leader, Method::GET, uri, headers, Bytes::new()).await),
+        Err(ReadError::NotLeader(leader)) => {
+            Err(forward(node, leader, Method::GET, uri, headers, Bytes::new()).await)
+        }
         Err(err) => Err(ApiError::from(err).into_response()),
     }
 }
@@ -93,17 +104,24 @@ pub async fn append(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    write(node, id, uri, headers, body, |node, exec, request: AppendRequest| async move {
-        let appended = node.append(&exec, &request).await?;
-        Ok(Json(json!({
-            "execution_id": exec,
-            "event_id": request.event_id,
-            "exec_seq": appended.exec_seq,
-            "commit_index": appended.commit_index,
-            "duplicate": appended.duplicate,
-        }))
-        .into_response())
-    })
+    write(
+        node,
+        id,
+        uri,
+        headers,
+        body,
+        |node, exec, request: AppendRequest| async move {
+            let appended = node.append(&exec, &request).await?;
+            Ok(Json(json!({
+                "execution_id": exec,
+                "event_id": request.event_id,
+                "exec_seq": appended.exec_seq,
+                "commit_index": appended.commit_index,
+                "duplicate": appended.duplicate,
+            }))
+            .into_response())
+        },
+    )
     .await
 }
 
@@ -117,8 +135,15 @@ struct PopulateBody {
 fn from_log_json(outcome: &FromLog) -> Value {
     let mut body = match outcome {
         FromLog::InSync { total, appended } => json!({ "total": total, "appended": appended }),
-        FromLog::StaleLog { stored_len, log_len } => json!({ "stored_len": stored_len, "log_len": log_len }),
-        FromLog::Diverged { at_position, stored, log } => {
+        FromLog::StaleLog {
+            stored_len,
+            log_len,
+        } => json!({ "stored_len": stored_len, "log_len": log_len }),
+        FromLog::Diverged {
+            at_position,
+            stored,
+            log,
+        } => {
             json!({ "at_position": at_position, "stored": stored, "log": log })
         }
         FromLog::Refused { reason } => json!({ "reason": reason.as_str() }),
@@ -135,10 +160,17 @@ pub async fn populate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    write(node, id, uri, headers, body, |node, exec, request: PopulateBody| async move {
-        let outcome = node.populate(&exec, &request.events).await?;
-        Ok(Json(from_log_json(&outcome)).into_response())
-    })
+    write(
+        node,
+        id,
+        uri,
+        headers,
+        body,
+        |node, exec, request: PopulateBody| async move {
+            let outcome = node.populate(&exec, &request.events).await?;
+            Ok(Json(from_log_json(&outcome)).into_response())
+        },
+    )
     .await
 }
 
@@ -156,19 +188,42 @@ pub async fn replicated(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    write(node, id, uri, headers, body, |node, exec, request: ReplicatedBody| async move {
-        let done = node.replicated(&exec, &request.events).await?;
-        Ok(Json(json!({ "applied": done.applied, "duplicates": done.duplicates })).into_response())
-    })
+    write(
+        node,
+        id,
+        uri,
+        headers,
+        body,
+        |node, exec, request: ReplicatedBody| async move {
+            let done = node.replicated(&exec, &request.events).await?;
+            Ok(
+                Json(json!({ "applied": done.applied, "duplicates": done.duplicates }))
+                    .into_response(),
+            )
+        },
+    )
     .await
 }
 
 /// `GET /v1/executions/{id}/chain` — the guarded read.
-pub async fn chain(State(node): State<Arc<Node>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
+pub async fn chain(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let outcome = async {
         let exec = execution_id(&id)?;
         let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(&node, &uri, &headers, query.consistency.as_deref(), query.min_index).await {
+        let applied_index = match read_barrier(
+            &node,
+            &uri,
+            &headers,
+            query.consistency.as_deref(),
+            query.min_index,
+        )
+        .await
+        {
             Ok(applied) => applied,
             Err(response) => return Ok(response),
         };
@@ -194,26 +249,54 @@ pub async fn chain(State(node): State<Arc<Node>>, Path(id): Path<String>, uri: U
 }
 
 /// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis.
-pub async fn chain_raw(State(node): State<Arc<Node>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
+pub async fn chain_raw(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let outcome = async {
         let exec = execution_id(&id)?;
         let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(&node, &uri, &headers, query.consistency.as_deref(), query.min_index).await {
+        let applied_index = match read_barrier(
+            &node,
+            &uri,
+            &headers,
+            query.consistency.as_deref(),
+            query.min_index,
+        )
+        .await
+        {
             Ok(applied) => applied,
             Err(response) => return Ok(response),
         };
         let events = node.store().chain(&exec)?;
-        Ok::<_, ApiError>(Json(json!({ "events": events, "applied_index": applied_index })).into_response())
+        Ok::<_, ApiError>(
+            Json(json!({ "events": events, "applied_index": applied_index })).into_response(),
+        )
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `GET /v1/executions/{id}/state`
-pub async fn state(State(node): State<Arc<Node>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
+pub async fn state(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let outcome = async {
         let exec = execution_id(&id)?;
         let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(&node, &uri, &headers, query.consistency.as_deref(), query.min_index).await {
+        let applied_index = match read_barrier(
+            &node,
+            &uri,
+            &headers,
+            query.consistency.as_deref(),
+            query.min_index,
+        )
+        .await
+        {
             Ok(applied) => applied,
             Err(response) => return Ok(response),
         };
@@ -245,12 +328,22 @@ pub async fn event(
         let exec = execution_id(&id)?;
         let event = event_id(&event)?;
         let query: ReadQuery = parse_query(&uri)?;
-        if let Err(response) = read_barrier(&node, &uri, &headers, query.consistency.as_deref(), query.min_index).await {
+        if let Err(response) = read_barrier(
+            &node,
+            &uri,
+            &headers,
+            query.consistency.as_deref(),
+            query.min_index,
+        )
+        .await
+        {
             return Ok(response);
         }
         match node.store().event(&exec, &event)? {
             Some(found) => Ok(Json(found).into_response()),
-            None => Err(ApiError::NotFound(format!("execution {exec} has no event {event}"))),
+            None => Err(ApiError::NotFound(format!(
+                "execution {exec} has no event {event}"
+            ))),
         }
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
@@ -267,7 +360,15 @@ pub async fn changes(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap
                 node.config().limits.changes_page_max
             )));
         }
-        if let Err(response) = read_barrier(&node, &uri, &headers, query.consistency.as_deref(), query.min_index).await {
+        if let Err(response) = read_barrier(
+            &node,
+            &uri,
+            &headers,
+            query.consistency.as_deref(),
+            query.min_index,
+        )
+        .await
+        {
             return Ok(response);
         }
         let page = node.store().changes(query.after.unwrap_or(0), limit)?;

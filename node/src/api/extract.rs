@@ -15,19 +15,26 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::TooLarge(format!("the body exceeds the limit of {limit} bytes")));
+        return Err(ApiError::TooLarge(format!(
+            "the body exceeds the limit of {limit} bytes"
+        )));
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::TooLarge(format!("the body exceeds the limit of {limit} bytes or was cut short")))
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::TooLarge(format!(
+            "the body exceeds the limit of {limit} bytes or was cut short"
+        ))
+    })
 }
 
 /// Decodes a JSON body.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::InvalidInput("the request needs a JSON body".into()));
+        return Err(ApiError::InvalidInput(
+            "the request needs a JSON body".into(),
+        ));
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidInput(format!("malformed JSON body: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::InvalidInput(format!("malformed JSON body: {e}")))
 }
 
 /// Decodes the query string.

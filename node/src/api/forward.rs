@@ -20,8 +20,11 @@ pub const FORWARDED_HEADER: &str = "x-chainstore-forwarded";
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
 const REQUEST_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, header::CONTENT_TYPE];
-const RESPONSE_HEADERS: [HeaderName; 3] =
-    [header::CONTENT_TYPE, header::RETRY_AFTER, HeaderName::from_static(LEADER_HEADER)];
+const RESPONSE_HEADERS: [HeaderName; 3] = [
+    header::CONTENT_TYPE,
+    header::RETRY_AFTER,
+    HeaderName::from_static(LEADER_HEADER),
+];
 
 /// Sends the request to `leader` and relays its answer.
 pub async fn forward(
@@ -33,14 +36,18 @@ pub async fn forward(
     body: Bytes,
 ) -> Response {
     if headers.contains_key(FORWARDED_HEADER) {
-        return ApiError::NoLeader("the node this request was forwarded to is not the leader".into())
-            .into_response();
+        return ApiError::NoLeader(
+            "the node this request was forwarded to is not the leader".into(),
+        )
+        .into_response();
     }
     let Some(leader) = leader.filter(|l| l.id != node.id()) else {
         return ApiError::NoLeader("no leader is known; retry shortly".into()).into_response();
     };
     let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let mut request = http::Request::builder().method(method).uri(format!("http://{}{path}", leader.addr));
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", leader.addr));
     for name in &REQUEST_HEADERS {
         if let Some(value) = headers.get(name) {
             request = request.header(name, value);
@@ -49,13 +56,23 @@ pub async fn forward(
     request = request.header(FORWARDED_HEADER, node.id().to_string());
     let request = match request.body(body) {
         Ok(request) => request,
-        Err(err) => return ApiError::InvalidInput(format!("cannot forward the request: {err}")).into_response(),
+        Err(err) => {
+            return ApiError::InvalidInput(format!("cannot forward the request: {err}"))
+                .into_response()
+        }
     };
-    let answer = match node.transport().send(request, node.config().limits.forward_timeout).await {
+    let answer = match node
+        .transport()
+        .send(request, node.config().limits.forward_timeout)
+        .await
+    {
         Ok(answer) => answer,
         Err(err) => {
-            return ApiError::unavailable(format!("the leader (node {}) did not answer: {err}", leader.id))
-                .into_response()
+            return ApiError::unavailable(format!(
+                "the leader (node {}) did not answer: {err}",
+                leader.id
+            ))
+            .into_response()
         }
     };
     let (parts, body) = answer.into_parts();

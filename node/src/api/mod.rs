@@ -27,17 +27,26 @@ pub fn app(node: Arc<Node>) -> Router {
     let client = Router::new()
         .route("/v1/executions/{id}/events", post(executions::append))
         .route("/v1/executions/{id}/populate", post(executions::populate))
-        .route("/v1/executions/{id}/replicated", post(executions::replicated))
+        .route(
+            "/v1/executions/{id}/replicated",
+            post(executions::replicated),
+        )
         .route("/v1/executions/{id}/chain", get(executions::chain))
         .route("/v1/executions/{id}/chain/raw", get(executions::chain_raw))
         .route("/v1/executions/{id}/state", get(executions::state))
-        .route("/v1/executions/{id}/events/{event_id}", get(executions::event))
+        .route(
+            "/v1/executions/{id}/events/{event_id}",
+            get(executions::event),
+        )
         .route("/v1/changes", get(executions::changes))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/voters", post(cluster::change_voters))
-        .route_layer(middleware::from_fn_with_state(Arc::clone(&node), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&node),
+            require_token,
+        ));
     let raft = Router::new()
         .route("/raft/append", post(raft_api::append))
         .route("/raft/vote", post(raft_api::vote))
@@ -87,7 +96,10 @@ async fn require_token(State(node): State<Arc<Node>>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    if tokens.iter().any(|t| secrets_equal(t.as_bytes(), offered.as_bytes())) {
+    if tokens
+        .iter()
+        .any(|t| secrets_equal(t.as_bytes(), offered.as_bytes()))
+    {
         next.run(request).await
     } else {
         ApiError::Unauthorized("a valid bearer token is required".into()).into_response()

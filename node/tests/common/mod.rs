@@ -24,7 +24,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { snapshot_after_entries: 20_000, log_entries_kept: 5_000, purge_batch_entries: 1_024, client_tokens: Vec::new() }
+        Self {
+            snapshot_after_entries: 20_000,
+            log_entries_kept: 5_000,
+            purge_batch_entries: 1_024,
+            client_tokens: Vec::new(),
+        }
     }
 }
 
@@ -55,9 +60,14 @@ impl Cluster {
 
     pub async fn start_with(n: u64, options: Options) -> Self {
         let cluster = Self::spawn(n, options).await;
-        let nodes: BTreeMap<String, String> =
-            cluster.procs.values().map(|p| (p.id.to_string(), p.addr.clone())).collect();
-        let response = cluster.post(1, "/v1/cluster/init", &json!({ "nodes": nodes })).await;
+        let nodes: BTreeMap<String, String> = cluster
+            .procs
+            .values()
+            .map(|p| (p.id.to_string(), p.addr.clone()))
+            .collect();
+        let response = cluster
+            .post(1, "/v1/cluster/init", &json!({ "nodes": nodes }))
+            .await;
         assert_eq!(response.0, 200, "init: {response:?}");
         cluster.wait_for_leader(Duration::from_secs(20)).await;
         cluster
@@ -76,7 +86,12 @@ impl Cluster {
             .default_headers(headers)
             .build()
             .expect("client");
-        let mut cluster = Cluster { procs: BTreeMap::new(), http, options, _root: root };
+        let mut cluster = Cluster {
+            procs: BTreeMap::new(),
+            http,
+            options,
+            _root: root,
+        };
         for id in 1..=n {
             cluster.add_proc(id).await;
         }
@@ -87,7 +102,15 @@ impl Cluster {
     pub async fn add_proc(&mut self, id: u64) {
         let dir = self._root.path().join(format!("node-{id}"));
         let addr = format!("127.0.0.1:{}", free_port());
-        self.procs.insert(id, Proc { id, addr, dir, child: None });
+        self.procs.insert(
+            id,
+            Proc {
+                id,
+                addr,
+                dir,
+                child: None,
+            },
+        );
         self.launch(id).await;
     }
 
@@ -97,22 +120,34 @@ impl Cluster {
         let log = std::fs::File::create(proc.dir.with_extension("log")).expect("log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_chainstore-node"));
         command
-            .arg("--id").arg(id.to_string())
-            .arg("--listen").arg(&proc.addr)
-            .arg("--data-dir").arg(&proc.dir)
-            .arg("--cluster-secret").arg(SECRET)
-            .arg("--heartbeat-ms").arg("100")
-            .arg("--election-min-ms").arg("600")
-            .arg("--election-max-ms").arg("1200")
-            .arg("--snapshot-after-entries").arg(options.snapshot_after_entries.to_string())
-            .arg("--log-entries-kept").arg(options.log_entries_kept.to_string())
-            .arg("--purge-batch-entries").arg(options.purge_batch_entries.to_string())
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(&proc.addr)
+            .arg("--data-dir")
+            .arg(&proc.dir)
+            .arg("--cluster-secret")
+            .arg(SECRET)
+            .arg("--heartbeat-ms")
+            .arg("100")
+            .arg("--election-min-ms")
+            .arg("600")
+            .arg("--election-max-ms")
+            .arg("1200")
+            .arg("--snapshot-after-entries")
+            .arg(options.snapshot_after_entries.to_string())
+            .arg("--log-entries-kept")
+            .arg(options.log_entries_kept.to_string())
+            .arg("--purge-batch-entries")
+            .arg(options.purge_batch_entries.to_string())
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
         if !options.client_tokens.is_empty() {
-            command.arg("--client-tokens").arg(options.client_tokens.join(","));
+            command
+                .arg("--client-tokens")
+                .arg(options.client_tokens.join(","));
         }
         proc.child = Some(command.spawn().expect("spawn chainstore-node"));
         let url = format!("http://{}/healthz", proc.addr);
@@ -125,7 +160,10 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("node {id} did not come up; see {}", proc.dir.with_extension("log").display());
+        panic!(
+            "node {id} did not come up; see {}",
+            proc.dir.with_extension("log").display()
+        );
     }
 
     /// SIGKILLs a node: no shutdown, no flush.
@@ -145,7 +183,11 @@ impl Cluster {
     /// Pauses (SIGSTOP) or resumes (SIGCONT) a node's process.
     pub fn signal(&self, id: u64, signal: &str) {
         let pid = self.procs[&id].child.as_ref().expect("running").id();
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
         assert!(status.success());
     }
 
@@ -160,13 +202,25 @@ impl Cluster {
     }
 
     pub async fn post(&self, id: u64, path: &str, body: &Value) -> (u16, Value) {
-        let response = self.http.post(self.url(id, path)).json(body).send().await.expect("POST");
+        let response = self
+            .http
+            .post(self.url(id, path))
+            .json(body)
+            .send()
+            .await
+            .expect("POST");
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
     /// Raw POST: returns status, headers and body text.
-    pub async fn post_raw(&self, id: u64, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, reqwest::header::HeaderMap, String) {
+    pub async fn post_raw(
+        &self,
+        id: u64,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> (u16, reqwest::header::HeaderMap, String) {
         let mut request = self.http.post(self.url(id, path)).body(body);
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -178,7 +232,11 @@ impl Cluster {
     }
 
     pub fn running(&self) -> Vec<u64> {
-        self.procs.values().filter(|p| p.child.is_some()).map(|p| p.id).collect()
+        self.procs
+            .values()
+            .filter(|p| p.child.is_some())
+            .map(|p| p.id)
+            .collect()
     }
 
     /// The leader every running node agrees on, once there is one.
@@ -187,7 +245,13 @@ impl Cluster {
         loop {
             let mut leaders = Vec::new();
             for id in self.running() {
-                if let Ok(r) = self.http.get(self.url(id, "/v1/cluster")).timeout(Duration::from_secs(1)).send().await {
+                if let Ok(r) = self
+                    .http
+                    .get(self.url(id, "/v1/cluster"))
+                    .timeout(Duration::from_secs(1))
+                    .send()
+                    .await
+                {
                     if let Ok(v) = r.json::<Value>().await {
                         leaders.push(v["leader_id"].as_u64());
                     }
@@ -203,7 +267,10 @@ impl Cluster {
                     }
                 }
             }
-            assert!(Instant::now() < deadline, "no agreed leader within {within:?}: {leaders:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no agreed leader within {within:?}: {leaders:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -214,7 +281,10 @@ impl Cluster {
 
     pub async fn follower(&self) -> u64 {
         let leader = self.leader().await;
-        self.running().into_iter().find(|id| *id != leader).expect("a follower")
+        self.running()
+            .into_iter()
+            .find(|id| *id != leader)
+            .expect("a follower")
     }
 
     /// Waits until node `id` applied at least `index`.
@@ -225,7 +295,10 @@ impl Cluster {
             if status["last_applied"].as_u64().unwrap_or(0) >= index {
                 return;
             }
-            assert!(Instant::now() < deadline, "node {id} did not apply {index}: {status}");
+            assert!(
+                Instant::now() < deadline,
+                "node {id} did not apply {index}: {status}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -13,9 +13,9 @@
 
 use serde_json::Value;
 
-use crate::chain::types::{ChainEvent, Coverage, Head, Origin, Watermark};
 use crate::engine::StorageError;
-use crate::ids::{validate_id, EventId, ExecutionId};
+use chainstore_model::{validate_id, EventId, ExecutionId};
+use chainstore_model::{ChainEvent, Coverage, Head, Origin, Watermark};
 
 const EVENT_RECORD_VERSION: u8 = 1;
 
@@ -32,7 +32,10 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
         if self.bytes.len() < n {
-            return Err(StorageError::Corrupted(format!("{} record is truncated", self.what)));
+            return Err(StorageError::Corrupted(format!(
+                "{} record is truncated",
+                self.what
+            )));
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -56,8 +59,9 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let bytes = self.take(len)?;
-        validate_id(bytes)
-            .map_err(|e| StorageError::Corrupted(format!("{} record holds a bad id: {e}", self.what)))?;
+        validate_id(bytes).map_err(|e| {
+            StorageError::Corrupted(format!("{} record holds a bad id: {e}", self.what))
+        })?;
         Ok(Some(bytes))
     }
 
@@ -74,7 +78,10 @@ impl<'a> Reader<'a> {
         if self.bytes.is_empty() {
             Ok(())
         } else {
-            Err(StorageError::Corrupted(format!("{} record has trailing bytes", self.what)))
+            Err(StorageError::Corrupted(format!(
+                "{} record has trailing bytes",
+                self.what
+            )))
         }
     }
 }
@@ -83,7 +90,7 @@ fn push_opt_id(out: &mut Vec<u8>, id: Option<&[u8]>) {
     match id {
         // Ids are at most 128 bytes (validated on construction), so the length fits a byte.
         Some(bytes) => {
-            debug_assert!(!bytes.is_empty() && bytes.len() <= crate::ids::ID_BYTES_MAX);
+            debug_assert!(!bytes.is_empty() && bytes.len() <= chainstore_model::ID_BYTES_MAX);
             out.push(bytes.len() as u8);
             out.extend_from_slice(bytes);
         }
@@ -112,8 +119,14 @@ pub(crate) fn encode_event(event: &ChainEvent, payload_json: &[u8]) -> Vec<u8> {
     out.push(EVENT_RECORD_VERSION);
     out.extend_from_slice(&event.commit_index.to_be_bytes());
     push_opt_id(&mut out, Some(event.event_id.as_bytes()));
-    push_opt_id(&mut out, event.prev_event_id.as_ref().map(|id| id.as_bytes()));
-    push_opt_id(&mut out, event.parent_execution_id.as_ref().map(|id| id.as_bytes()));
+    push_opt_id(
+        &mut out,
+        event.prev_event_id.as_ref().map(|id| id.as_bytes()),
+    );
+    push_opt_id(
+        &mut out,
+        event.parent_execution_id.as_ref().map(|id| id.as_bytes()),
+    );
     out.extend_from_slice(payload_json);
     out
 }
@@ -124,10 +137,15 @@ pub(crate) fn decode_event(
     exec_seq: u64,
     bytes: &[u8],
 ) -> Result<ChainEvent, StorageError> {
-    let mut r = Reader { bytes, what: "event" };
+    let mut r = Reader {
+        bytes,
+        what: "event",
+    };
     let version = r.u8()?;
     if version != EVENT_RECORD_VERSION {
-        return Err(StorageError::Corrupted(format!("event record version {version} is unknown")));
+        return Err(StorageError::Corrupted(format!(
+            "event record version {version} is unknown"
+        )));
     }
     let commit_index = r.u64()?;
     let id = event_id(r.id()?)?;
@@ -157,7 +175,10 @@ pub(crate) fn encode_head(head: &Head) -> Vec<u8> {
 }
 
 pub(crate) fn decode_head(bytes: &[u8]) -> Result<Head, StorageError> {
-    let mut r = Reader { bytes, what: "head" };
+    let mut r = Reader {
+        bytes,
+        what: "head",
+    };
     let exec_seq = r.u64()?;
     let event_id = event_id(r.rest())?;
     if exec_seq == 0 {
@@ -174,8 +195,14 @@ pub(crate) fn encode_watermark(wm: &Watermark) -> Vec<u8> {
 }
 
 pub(crate) fn decode_watermark(bytes: &[u8]) -> Result<Watermark, StorageError> {
-    let mut r = Reader { bytes, what: "watermark" };
-    let wm = Watermark { first_seq: r.u64()?, through_seq: r.u64()? };
+    let mut r = Reader {
+        bytes,
+        what: "watermark",
+    };
+    let wm = Watermark {
+        first_seq: r.u64()?,
+        through_seq: r.u64()?,
+    };
     r.finish()?;
     if wm.first_seq > wm.through_seq {
         return Err(corrupted("watermark first_seq is above through_seq"));
@@ -200,16 +227,31 @@ pub(crate) fn encode_coverage(cov: &Coverage) -> Vec<u8> {
 }
 
 pub(crate) fn decode_coverage(bytes: &[u8]) -> Result<Coverage, StorageError> {
-    let mut r = Reader { bytes, what: "coverage" };
+    let mut r = Reader {
+        bytes,
+        what: "coverage",
+    };
     let origin = match r.u8()? {
         ORIGIN_LOG => Origin::Log,
         ORIGIN_GENESIS => Origin::Genesis,
-        other => return Err(StorageError::Corrupted(format!("coverage origin 0x{other:02x}"))),
+        other => {
+            return Err(StorageError::Corrupted(format!(
+                "coverage origin 0x{other:02x}"
+            )))
+        }
     };
     let total = r.u64()?;
     let root = r.rest();
-    let root_event_id = if root.is_empty() { None } else { Some(event_id(root)?) };
-    Ok(Coverage { root_event_id, total, origin })
+    let root_event_id = if root.is_empty() {
+        None
+    } else {
+        Some(event_id(root)?)
+    };
+    Ok(Coverage {
+        root_event_id,
+        total,
+        origin,
+    })
 }
 
 pub(crate) fn encode_seq(seq: u64) -> Vec<u8> {
@@ -217,7 +259,10 @@ pub(crate) fn encode_seq(seq: u64) -> Vec<u8> {
 }
 
 pub(crate) fn decode_seq(bytes: &[u8]) -> Result<u64, StorageError> {
-    let mut r = Reader { bytes, what: "id index" };
+    let mut r = Reader {
+        bytes,
+        what: "id index",
+    };
     let seq = r.u64()?;
     r.finish()?;
     if seq == 0 {
@@ -231,8 +276,9 @@ pub(crate) fn encode_format(version: u32) -> Vec<u8> {
 }
 
 pub(crate) fn decode_format(bytes: &[u8]) -> Result<u32, StorageError> {
-    let array: [u8; 4] =
-        bytes.try_into().map_err(|_| corrupted("format record is not 4 bytes"))?;
+    let array: [u8; 4] = bytes
+        .try_into()
+        .map_err(|_| corrupted("format record is not 4 bytes"))?;
     Ok(u32::from_be_bytes(array))
 }
 
@@ -274,7 +320,10 @@ mod tests {
         let bytes = encode_event(&event, &payload_bytes(&event.payload));
         for cut in 0..bytes.len() {
             let result = decode_event(&event.execution_id, 3, &bytes[..cut]);
-            assert!(matches!(result, Err(StorageError::Corrupted(_))), "cut at {cut}: {result:?}");
+            assert!(
+                matches!(result, Err(StorageError::Corrupted(_))),
+                "cut at {cut}: {result:?}"
+            );
         }
     }
 
@@ -294,11 +343,20 @@ mod tests {
     #[test]
     fn small_records_reject_garbage() {
         assert!(decode_head(b"").is_err());
-        assert!(decode_head(&[0, 0, 0, 0, 0, 0, 0, 0, b'a']).is_err(), "seq 0");
-        assert!(decode_head(&[0, 0, 0, 0, 0, 0, 0, 1, b'/']).is_err(), "bad id");
+        assert!(
+            decode_head(&[0, 0, 0, 0, 0, 0, 0, 0, b'a']).is_err(),
+            "seq 0"
+        );
+        assert!(
+            decode_head(&[0, 0, 0, 0, 0, 0, 0, 1, b'/']).is_err(),
+            "bad id"
+        );
         assert!(decode_watermark(&[0; 15]).is_err());
         assert!(decode_watermark(&[0; 17]).is_err());
-        let backwards = encode_watermark(&Watermark { first_seq: 5, through_seq: 2 });
+        let backwards = encode_watermark(&Watermark {
+            first_seq: 5,
+            through_seq: 2,
+        });
         assert!(decode_watermark(&backwards).is_err());
         assert!(decode_coverage(b"q\0\0\0\0\0\0\0\0").is_err());
         assert!(decode_seq(&[0; 8]).is_err());

@@ -10,9 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::types::{ChainEvent, Coverage, Fork, Head, Watermark};
 use crate::engine::StorageError;
-use crate::ids::ExecutionId;
+use chainstore_model::ExecutionId;
+use chainstore_model::{ChainEvent, Coverage, Fork, Head, Watermark};
 
 /// A precondition on the head, checked when the effect is applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,7 +18,7 @@
 //! metadata) use other first bytes and never collide with these.
 
 use crate::engine::prefix_end;
-use crate::ids::{EventId, ExecutionId};
+use chainstore_model::{EventId, ExecutionId};
 
 /// The store-wide format record.
 pub(crate) const FORMAT: &[u8] = b"m/format";
@@ -127,7 +127,9 @@ pub(crate) fn parse_partition_key(prefix_len: usize, key: &[u8]) -> Option<Parti
         [HEAD] => Some(PartitionKey::Head),
         [COVERAGE] => Some(PartitionKey::Coverage),
         [WATERMARK] => Some(PartitionKey::Watermark),
-        [EVENT, seq @ ..] => Some(PartitionKey::Event(u64::from_be_bytes(seq.try_into().ok()?))),
+        [EVENT, seq @ ..] => Some(PartitionKey::Event(u64::from_be_bytes(
+            seq.try_into().ok()?,
+        ))),
         _ => None,
     }
 }
@@ -141,7 +143,11 @@ pub(crate) fn parse_feed_key(key: &[u8]) -> Option<(u64, &[u8], u64)> {
     let (ci, rest) = body.split_at(8);
     let (exec_slash, seq) = rest.split_at(rest.len() - 8);
     let exec = exec_slash.strip_suffix(b"/")?;
-    Some((u64::from_be_bytes(ci.try_into().ok()?), exec, u64::from_be_bytes(seq.try_into().ok()?)))
+    Some((
+        u64::from_be_bytes(ci.try_into().ok()?),
+        exec,
+        u64::from_be_bytes(seq.try_into().ok()?),
+    ))
 }
 
 #[cfg(test)]
@@ -157,7 +163,10 @@ mod tests {
         let (start, end) = partition_range(&exec("a"));
         for other in ["ab", "a.b", "a-", "a:b", "A"] {
             let key = head(&exec(other));
-            assert!(!(key >= start && key < end), "{other} falls inside a's partition");
+            assert!(
+                !(key >= start && key < end),
+                "{other} falls inside a's partition"
+            );
         }
         assert!(head(&exec("a")) >= start && head(&exec("a")) < end);
     }
@@ -166,7 +175,10 @@ mod tests {
     fn events_sort_by_sequence_and_stay_inside_their_range() {
         let e = exec("x");
         let (start, end) = event_range(&e);
-        let keys: Vec<_> = [1u64, 2, 255, 256, u64::MAX].iter().map(|s| event(&e, *s)).collect();
+        let keys: Vec<_> = [1u64, 2, 255, 256, u64::MAX]
+            .iter()
+            .map(|s| event(&e, *s))
+            .collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         assert!(keys.iter().all(|k| *k >= start && *k < end));
         assert!(head(&e) < start && coverage(&e) >= end && watermark(&e) >= end);
@@ -177,9 +189,18 @@ mod tests {
         let e = exec("x");
         let n = partition(&e).len();
         assert_eq!(parse_partition_key(n, &head(&e)), Some(PartitionKey::Head));
-        assert_eq!(parse_partition_key(n, &event(&e, 7)), Some(PartitionKey::Event(7)));
-        assert_eq!(parse_partition_key(n, &coverage(&e)), Some(PartitionKey::Coverage));
-        assert_eq!(parse_partition_key(n, &watermark(&e)), Some(PartitionKey::Watermark));
+        assert_eq!(
+            parse_partition_key(n, &event(&e, 7)),
+            Some(PartitionKey::Event(7))
+        );
+        assert_eq!(
+            parse_partition_key(n, &coverage(&e)),
+            Some(PartitionKey::Coverage)
+        );
+        assert_eq!(
+            parse_partition_key(n, &watermark(&e)),
+            Some(PartitionKey::Watermark)
+        );
         assert_eq!(parse_partition_key(n, b"cx/s\x01"), None);
         assert_eq!(parse_partition_key(n, b"cx/q"), None);
     }

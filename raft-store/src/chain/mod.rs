@@ -1,8 +1,6 @@
 //! The execution-partitioned chain store (SPEC §2–§4).
 //!
-//! - `types`: the data model and every outcome, as wire types.
 //! - `keys`, `codec`: the physical layout; the only files that know bytes.
-//! - `order`: ordering a log by its links.
 //! - `effect`: resolved writes, the unit a cluster replicates.
 //! - `write`: evaluation of append / replicated / populate, and staging of effects.
 //! - `read`: raw and guarded reads, the walk, the change feed.
@@ -11,14 +9,11 @@
 mod codec;
 pub(crate) mod effect;
 mod keys;
-mod order;
 mod read;
 mod store;
-pub(crate) mod types;
 mod write;
 
 pub use effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
 pub use read::{ChangePage, CHANGES_PAGE_MAX};
 pub use store::{ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
-pub use types::*;
 pub use write::{AppendPlan, PopulatePlan};

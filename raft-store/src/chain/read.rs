@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use crate::chain::codec;
 use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
-use crate::chain::types::{
+use crate::engine::{Engine, ScanOrder, StorageError};
+use chainstore_model::{
     Authority, ChainEvent, Change, Completeness, Coverage, ExecutionState, Guarded, Head, Reason,
     Watermark,
 };
-use crate::engine::{Engine, ScanOrder, StorageError};
-use crate::ids::{EventId, ExecutionId};
+use chainstore_model::{EventId, ExecutionId};
 
 /// Every record of one execution, from one scan.
 #[derive(Debug, Default)]
@@ -40,7 +40,9 @@ pub const CHANGES_PAGE_MAX: usize = 10_000;
 impl<E: Engine> ChainStore<E> {
     pub(crate) fn read_partition(&self, exec: &ExecutionId) -> Result<Partition, StorageError> {
         let (start, end) = keys::partition_range(exec);
-        let pairs = self.engine.scan(&start, &end, ScanOrder::Forward, usize::MAX)?;
+        let pairs = self
+            .engine
+            .scan(&start, &end, ScanOrder::Forward, usize::MAX)?;
         let mut part = Partition::default();
         for (key, value) in pairs {
             match keys::parse_partition_key(start.len(), &key) {
@@ -66,18 +68,30 @@ impl<E: Engine> ChainStore<E> {
     }
 
     pub(crate) fn read_head(&self, exec: &ExecutionId) -> Result<Option<Head>, StorageError> {
-        self.engine.get(&keys::head(exec))?.map(|v| codec::decode_head(&v)).transpose()
+        self.engine
+            .get(&keys::head(exec))?
+            .map(|v| codec::decode_head(&v))
+            .transpose()
     }
 
     pub(crate) fn read_watermark(
         &self,
         exec: &ExecutionId,
     ) -> Result<Option<Watermark>, StorageError> {
-        self.engine.get(&keys::watermark(exec))?.map(|v| codec::decode_watermark(&v)).transpose()
+        self.engine
+            .get(&keys::watermark(exec))?
+            .map(|v| codec::decode_watermark(&v))
+            .transpose()
     }
 
-    pub(crate) fn read_coverage(&self, exec: &ExecutionId) -> Result<Option<Coverage>, StorageError> {
-        self.engine.get(&keys::coverage(exec))?.map(|v| codec::decode_coverage(&v)).transpose()
+    pub(crate) fn read_coverage(
+        &self,
+        exec: &ExecutionId,
+    ) -> Result<Option<Coverage>, StorageError> {
+        self.engine
+            .get(&keys::coverage(exec))?
+            .map(|v| codec::decode_coverage(&v))
+            .transpose()
     }
 
     pub(crate) fn read_event_at(
@@ -96,7 +110,10 @@ impl<E: Engine> ChainStore<E> {
         exec: &ExecutionId,
         event_id: &EventId,
     ) -> Result<Option<u64>, StorageError> {
-        self.engine.get(&keys::id_index(exec, event_id))?.map(|v| codec::decode_seq(&v)).transpose()
+        self.engine
+            .get(&keys::id_index(exec, event_id))?
+            .map(|v| codec::decode_seq(&v))
+            .transpose()
     }
 
     /// The stored events in sequence order, unguarded: for diagnosis, never for answers.
@@ -106,10 +123,12 @@ impl<E: Engine> ChainStore<E> {
         self.engine
             .scan(&start, &end, ScanOrder::Forward, usize::MAX)?
             .into_iter()
-            .map(|(key, value)| match keys::parse_partition_key(prefix_len, &key) {
-                Some(PartitionKey::Event(seq)) => codec::decode_event(exec, seq, &value),
-                _ => Err(StorageError::Corrupted("malformed event key".into())),
-            })
+            .map(
+                |(key, value)| match keys::parse_partition_key(prefix_len, &key) {
+                    Some(PartitionKey::Event(seq)) => codec::decode_event(exec, seq, &value),
+                    _ => Err(StorageError::Corrupted("malformed event key".into())),
+                },
+            )
             .collect()
     }
 
@@ -123,7 +142,9 @@ impl<E: Engine> ChainStore<E> {
             return Ok(None);
         };
         let event = self.read_event_at(exec, seq)?.ok_or_else(|| {
-            StorageError::Corrupted(format!("id index of {event_id} points at an empty seq {seq}"))
+            StorageError::Corrupted(format!(
+                "id index of {event_id} points at an empty seq {seq}"
+            ))
         })?;
         if event.event_id != *event_id {
             return Err(StorageError::Corrupted(format!(
@@ -187,17 +208,30 @@ impl<E: Engine> ChainStore<E> {
     pub fn changes(&self, after: u64, limit: usize) -> Result<ChangePage, StorageError> {
         let limit = limit.clamp(1, CHANGES_PAGE_MAX);
         let (start, end) = keys::feed_after(after);
-        let mut pairs = self.engine.scan(&start, &end, ScanOrder::Forward, limit + 1)?;
+        let mut pairs = self
+            .engine
+            .scan(&start, &end, ScanOrder::Forward, limit + 1)?;
         if pairs.len() > limit {
             let extra = pairs.pop();
-            let last_ci = pairs.last().and_then(|(k, _)| keys::parse_feed_key(k)).map(|f| f.0);
-            let extra_ci = extra.as_ref().and_then(|(k, _)| keys::parse_feed_key(k)).map(|f| f.0);
+            let last_ci = pairs
+                .last()
+                .and_then(|(k, _)| keys::parse_feed_key(k))
+                .map(|f| f.0);
+            let extra_ci = extra
+                .as_ref()
+                .and_then(|(k, _)| keys::parse_feed_key(k))
+                .map(|f| f.0);
             if let (Some(last_ci), Some(extra_ci)) = (last_ci, extra_ci) {
                 if last_ci == extra_ci {
                     // The page would end inside one commit; take the rest of that commit too.
                     let (commit_end, _) = keys::feed_after(last_ci);
                     let resume = extra.map(|(k, _)| k).unwrap_or_default();
-                    pairs.extend(self.engine.scan(&resume, &commit_end, ScanOrder::Forward, usize::MAX)?);
+                    pairs.extend(self.engine.scan(
+                        &resume,
+                        &commit_end,
+                        ScanOrder::Forward,
+                        usize::MAX,
+                    )?);
                 }
             }
         }
@@ -220,7 +254,10 @@ impl<E: Engine> ChainStore<E> {
 fn authority_of(watermark: Option<Watermark>) -> Authority {
     match watermark {
         None => Authority::NotPopulated,
-        Some(wm) => Authority::Authoritative { first_seq: wm.first_seq, through_seq: wm.through_seq },
+        Some(wm) => Authority::Authoritative {
+            first_seq: wm.first_seq,
+            through_seq: wm.through_seq,
+        },
     }
 }
 
@@ -240,8 +277,15 @@ fn guard(part: Partition) -> Guarded {
     if part.events.len() as u64 != coverage.total || first_id != coverage.root_event_id.as_ref() {
         return Guarded::CannotAnswer(Reason::CoverageMismatch);
     }
-    let linked = part.events.iter().zip(1u64..).all(|(event, seq)| event.exec_seq == seq)
-        && part.events.first().is_none_or(|root| root.prev_event_id.is_none())
+    let linked = part
+        .events
+        .iter()
+        .zip(1u64..)
+        .all(|(event, seq)| event.exec_seq == seq)
+        && part
+            .events
+            .first()
+            .is_none_or(|root| root.prev_event_id.is_none())
         && part
             .events
             .windows(2)
@@ -282,7 +326,11 @@ fn walk(events: &[ChainEvent]) -> (Vec<&ChainEvent>, Completeness) {
     let completeness = if reached_root && walked.len() as u64 == span {
         Completeness::Complete
     } else {
-        Completeness::Incomplete { gap_at, walked: walked.len() as u64, span }
+        Completeness::Incomplete {
+            gap_at,
+            walked: walked.len() as u64,
+            span,
+        }
     };
     (walked, completeness)
 }

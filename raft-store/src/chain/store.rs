@@ -8,13 +8,13 @@ use serde_json::Value;
 use crate::chain::codec;
 use crate::chain::effect::{Applied, ApplyError, Effect};
 use crate::chain::keys;
-use crate::chain::types::{
+use crate::chain::write::AppendPlan;
+use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
+use chainstore_model::ExecutionId;
+use chainstore_model::{
     AppendError, AppendRequest, Appended, ChainEvent, FromLog, LogEvent, PopulateError,
     ReplicateError, Replicated,
 };
-use crate::chain::write::AppendPlan;
-use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
-use crate::ids::ExecutionId;
 
 /// The on-disk format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -52,7 +52,9 @@ impl Default for StoreConfig {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum OpenError {
     /// The store was written by a format this build does not know.
-    #[error("the store has format version {found}, this build reads only version {FORMAT_VERSION}")]
+    #[error(
+        "the store has format version {found}, this build reads only version {FORMAT_VERSION}"
+    )]
     UnknownFormat {
         /// The version found on disk.
         found: u32,
@@ -95,7 +97,11 @@ impl<E: Engine> ChainStore<E> {
                 engine.write_durable(batch)?;
             }
         }
-        Ok(Self { engine, config, writer: Mutex::new(()) })
+        Ok(Self {
+            engine,
+            config,
+            writer: Mutex::new(()),
+        })
     }
 
     /// The engine underneath.
@@ -110,7 +116,9 @@ impl<E: Engine> ChainStore<E> {
 
     fn lock_writer(&self) -> MutexGuard<'_, ()> {
         // The guarded data is `()`: a poisoned lock protects nothing that could be inconsistent.
-        self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Appends one event at the head of `exec` (SPEC §4.1), recording `commit_index` on it.
@@ -125,13 +133,18 @@ impl<E: Engine> ChainStore<E> {
             AppendPlan::Duplicate(appended) => Ok(appended),
             AppendPlan::Write(effect) => {
                 let exec_seq = effect.events.first().map_or(0, |e| e.exec_seq);
-                self.write_effect(&effect, commit_index).map_err(|err| match err {
-                    ApplyError::Forked(fork) => AppendError::Forked(fork),
-                    ApplyError::HeadMoved { .. } => AppendError::HeadMoved,
-                    ApplyError::Malformed(message) => AppendError::InvalidInput(message),
-                    ApplyError::Storage(err) => AppendError::Storage(err),
-                })?;
-                Ok(Appended { exec_seq, commit_index, duplicate: false })
+                self.write_effect(&effect, commit_index)
+                    .map_err(|err| match err {
+                        ApplyError::Forked(fork) => AppendError::Forked(fork),
+                        ApplyError::HeadMoved { .. } => AppendError::HeadMoved,
+                        ApplyError::Malformed(message) => AppendError::InvalidInput(message),
+                        ApplyError::Storage(err) => AppendError::Storage(err),
+                    })?;
+                Ok(Appended {
+                    exec_seq,
+                    commit_index,
+                    duplicate: false,
+                })
             }
         }
     }
@@ -145,16 +158,24 @@ impl<E: Engine> ChainStore<E> {
     ) -> Result<Replicated, ReplicateError> {
         let _guard = self.lock_writer();
         let Some(effect) = self.evaluate_replicated(exec, events)? else {
-            return Ok(Replicated { applied: 0, duplicates: 0 });
+            return Ok(Replicated {
+                applied: 0,
+                duplicates: 0,
+            });
         };
-        let applied = self.write_effect(&effect, commit_index).map_err(|err| match err {
-            ApplyError::Forked(fork) => ReplicateError::Forked(fork),
-            ApplyError::HeadMoved { .. } | ApplyError::Malformed(_) => {
-                ReplicateError::InvalidInput(err.to_string())
-            }
-            ApplyError::Storage(err) => ReplicateError::Storage(err),
-        })?;
-        Ok(Replicated { applied: applied.applied, duplicates: applied.duplicates })
+        let applied = self
+            .write_effect(&effect, commit_index)
+            .map_err(|err| match err {
+                ApplyError::Forked(fork) => ReplicateError::Forked(fork),
+                ApplyError::HeadMoved { .. } | ApplyError::Malformed(_) => {
+                    ReplicateError::InvalidInput(err.to_string())
+                }
+                ApplyError::Storage(err) => ReplicateError::Storage(err),
+            })?;
+        Ok(Replicated {
+            applied: applied.applied,
+            duplicates: applied.duplicates,
+        })
     }
 
     /// Builds or extends the partition from the authoritative log (SPEC §4.3). A long log is
@@ -168,12 +189,13 @@ impl<E: Engine> ChainStore<E> {
         let _guard = self.lock_writer();
         let plan = self.evaluate_populate(exec, events)?;
         for effect in &plan.effects {
-            self.write_effect(effect, commit_index).map_err(|err| match err {
-                ApplyError::Forked(fork) => PopulateError::Forked(fork),
-                ApplyError::HeadMoved { .. } => PopulateError::HeadMoved,
-                ApplyError::Malformed(message) => PopulateError::InvalidInput(message),
-                ApplyError::Storage(err) => PopulateError::Storage(err),
-            })?;
+            self.write_effect(effect, commit_index)
+                .map_err(|err| match err {
+                    ApplyError::Forked(fork) => PopulateError::Forked(fork),
+                    ApplyError::HeadMoved { .. } => PopulateError::HeadMoved,
+                    ApplyError::Malformed(message) => PopulateError::InvalidInput(message),
+                    ApplyError::Storage(err) => PopulateError::Storage(err),
+                })?;
         }
         Ok(plan.outcome)
     }

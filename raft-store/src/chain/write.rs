@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::chain::codec;
 use crate::chain::effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
 use crate::chain::keys;
-use crate::chain::order::order_by_links;
 use crate::chain::store::ChainStore;
-use crate::chain::types::{
-    AppendError, AppendRequest, Appended, ChainEvent, Coverage, Fork, FromLog, Head, LogEvent,
-    Origin, PopulateError, ReplicateError, Watermark,
-};
 use crate::engine::{Engine, StorageError, WriteBatch};
-use crate::ids::{EventId, ExecutionId};
+use chainstore_model::{
+    order_by_links, AppendError, AppendRequest, Appended, ChainEvent, Coverage, Fork, FromLog,
+    Head, LogEvent, Origin, PopulateError, ReplicateError, Watermark,
+};
+use chainstore_model::{EventId, ExecutionId};
 
 /// What the evaluation of an append decided.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +45,8 @@ impl<E: Engine> ChainStore<E> {
                 "genesis: true requires prev_event_id: null".into(),
             ));
         }
-        self.checked_payload(&request.payload).map_err(AppendError::TooLarge)?;
+        self.checked_payload(&request.payload)
+            .map_err(AppendError::TooLarge)?;
 
         if let Some(exec_seq) = self.read_id_index(exec, &request.event_id)? {
             let stored = self.read_event_at(exec, exec_seq)?.ok_or_else(|| {
@@ -66,7 +66,10 @@ impl<E: Engine> ChainStore<E> {
                     duplicate: true,
                 }))
             } else {
-                Err(AppendError::EventConflict { event_id: request.event_id.clone(), exec_seq })
+                Err(AppendError::EventConflict {
+                    event_id: request.event_id.clone(),
+                    exec_seq,
+                })
             };
         }
 
@@ -112,7 +115,10 @@ impl<E: Engine> ChainStore<E> {
                 payload: request.payload.clone(),
                 commit_index: 0,
             }],
-            watermark: Some(Watermark { first_seq: exec_seq, through_seq: exec_seq }),
+            watermark: Some(Watermark {
+                first_seq: exec_seq,
+                through_seq: exec_seq,
+            }),
             coverage,
         }))
     }
@@ -167,7 +173,8 @@ impl<E: Engine> ChainStore<E> {
                     event.event_id
                 )));
             }
-            self.checked_payload(&event.payload).map_err(ReplicateError::TooLarge)?;
+            self.checked_payload(&event.payload)
+                .map_err(ReplicateError::TooLarge)?;
         }
         let (Some(first_seq), Some(through_seq)) = (
             events.iter().map(|e| e.exec_seq).min(),
@@ -178,8 +185,17 @@ impl<E: Engine> ChainStore<E> {
         Ok(Some(Effect {
             execution_id: exec.clone(),
             head_check: HeadCheck::Any,
-            events: events.iter().map(|e| ChainEvent { commit_index: 0, ..e.clone() }).collect(),
-            watermark: Some(Watermark { first_seq, through_seq }),
+            events: events
+                .iter()
+                .map(|e| ChainEvent {
+                    commit_index: 0,
+                    ..e.clone()
+                })
+                .collect(),
+            watermark: Some(Watermark {
+                first_seq,
+                through_seq,
+            }),
             coverage: CoverageChange::Keep,
         }))
     }
@@ -200,7 +216,8 @@ impl<E: Engine> ChainStore<E> {
         }
         let mut seen = BTreeSet::new();
         for event in log {
-            self.checked_payload(&event.payload).map_err(PopulateError::TooLarge)?;
+            self.checked_payload(&event.payload)
+                .map_err(PopulateError::TooLarge)?;
             if !seen.insert(&event.event_id) {
                 return Err(PopulateError::InvalidInput(format!(
                     "event {} appears twice in the log",
@@ -228,11 +245,18 @@ impl<E: Engine> ChainStore<E> {
         if log.is_empty() {
             if stored_len > 0 {
                 return Ok(PopulatePlan {
-                    outcome: FromLog::StaleLog { stored_len, log_len: 0 },
+                    outcome: FromLog::StaleLog {
+                        stored_len,
+                        log_len: 0,
+                    },
                     effects: Vec::new(),
                 });
             }
-            let coverage = Coverage { root_event_id: None, total: 0, origin: Origin::Log };
+            let coverage = Coverage {
+                root_event_id: None,
+                total: 0,
+                origin: Origin::Log,
+            };
             let effect = Effect {
                 execution_id: exec.clone(),
                 head_check: HeadCheck::Expect(None),
@@ -243,7 +267,10 @@ impl<E: Engine> ChainStore<E> {
             let unchanged = part.watermark == Some(Watermark::EMPTY)
                 && part.coverage.as_ref() == Some(&coverage);
             return Ok(PopulatePlan {
-                outcome: FromLog::InSync { total: 0, appended: 0 },
+                outcome: FromLog::InSync {
+                    total: 0,
+                    appended: 0,
+                },
                 effects: if unchanged { Vec::new() } else { vec![effect] },
             });
         }
@@ -275,7 +302,10 @@ impl<E: Engine> ChainStore<E> {
         }
         if stored_len > log_len {
             return Ok(PopulatePlan {
-                outcome: FromLog::StaleLog { stored_len, log_len },
+                outcome: FromLog::StaleLog {
+                    stored_len,
+                    log_len,
+                },
                 effects: Vec::new(),
             });
         }
@@ -301,8 +331,14 @@ impl<E: Engine> ChainStore<E> {
             origin: Origin::Log,
         }
         .raise(part.coverage.as_ref());
-        let watermark = Watermark { first_seq: 1, through_seq: log_len };
-        let outcome = FromLog::InSync { total: coverage.total, appended: missing.len() as u64 };
+        let watermark = Watermark {
+            first_seq: 1,
+            through_seq: log_len,
+        };
+        let outcome = FromLog::InSync {
+            total: coverage.total,
+            appended: missing.len() as u64,
+        };
 
         if missing.is_empty() {
             let unchanged = part.coverage.as_ref() == Some(&coverage)
@@ -332,7 +368,10 @@ impl<E: Engine> ChainStore<E> {
             let head_check = HeadCheck::Expect(head.clone());
             if let Some(last) = chunk.iter().max_by_key(|e| e.exec_seq) {
                 if head.as_ref().is_none_or(|h| last.exec_seq > h.exec_seq) {
-                    head = Some(Head { exec_seq: last.exec_seq, event_id: last.event_id.clone() });
+                    head = Some(Head {
+                        exec_seq: last.exec_seq,
+                        event_id: last.event_id.clone(),
+                    });
                 }
             }
             effects.push(Effect {
@@ -363,7 +402,10 @@ impl<E: Engine> ChainStore<E> {
         let head = self.read_head(exec)?;
         if let HeadCheck::Expect(expected) = &effect.head_check {
             if *expected != head {
-                return Err(ApplyError::HeadMoved { expected: expected.clone(), found: head });
+                return Err(ApplyError::HeadMoved {
+                    expected: expected.clone(),
+                    found: head,
+                });
             }
         }
 
@@ -381,7 +423,10 @@ impl<E: Engine> ChainStore<E> {
             }
             let seq = event.exec_seq;
             if seq == 0 {
-                return Err(ApplyError::Malformed(format!("event {} at seq 0", event.event_id)));
+                return Err(ApplyError::Malformed(format!(
+                    "event {} at seq 0",
+                    event.event_id
+                )));
             }
             // Sequence first, then id, each against this effect's earlier events and then the
             // store, so that the verdict does not depend on where the conflicting event lives.
@@ -413,16 +458,31 @@ impl<E: Engine> ChainStore<E> {
                     offered_seq: seq,
                 }));
             }
-            let stored = ChainEvent { commit_index, ..event.clone() };
+            let stored = ChainEvent {
+                commit_index,
+                ..event.clone()
+            };
             let payload = codec::payload_bytes(&stored.payload);
-            batch.put(keys::event(exec, seq), codec::encode_event(&stored, &payload));
-            batch.put(keys::id_index(exec, &event.event_id), codec::encode_seq(seq));
-            batch.put(keys::feed(commit_index, exec, seq), event.event_id.as_bytes());
+            batch.put(
+                keys::event(exec, seq),
+                codec::encode_event(&stored, &payload),
+            );
+            batch.put(
+                keys::id_index(exec, &event.event_id),
+                codec::encode_seq(seq),
+            );
+            batch.put(
+                keys::feed(commit_index, exec, seq),
+                event.event_id.as_bytes(),
+            );
             applied.applied += 1;
             staged_by_seq.insert(seq, event);
             staged_by_id.insert(&event.event_id, seq);
             if new_head.as_ref().is_none_or(|h| seq > h.exec_seq) {
-                new_head = Some(Head { exec_seq: seq, event_id: event.event_id.clone() });
+                new_head = Some(Head {
+                    exec_seq: seq,
+                    event_id: event.event_id.clone(),
+                });
             }
         }
         if new_head != head {

@@ -56,7 +56,13 @@ impl<E: Engine> CountingEngine<E> {
 
     /// Sets every counter back to zero.
     pub fn reset(&self) {
-        for counter in [&self.gets, &self.scans, &self.scanned_pairs, &self.batches, &self.syncs] {
+        for counter in [
+            &self.gets,
+            &self.scans,
+            &self.scanned_pairs,
+            &self.batches,
+            &self.syncs,
+        ] {
             counter.store(0, Ordering::Relaxed);
         }
     }
@@ -82,7 +88,8 @@ impl<E: Engine> Engine for CountingEngine<E> {
     ) -> Result<Vec<KeyValue>, StorageError> {
         self.scans.fetch_add(1, Ordering::Relaxed);
         let pairs = self.inner.scan(start, end, order, limit)?;
-        self.scanned_pairs.fetch_add(pairs.len() as u64, Ordering::Relaxed);
+        self.scanned_pairs
+            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
         Ok(pairs)
     }
 

@@ -52,7 +52,9 @@ impl MemEngine {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock can only come from a bug in this file; the state is
         // still a consistent map, so recovering the guard is sound.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Simulates a crash: every write not yet synced is lost.
@@ -107,7 +109,11 @@ impl MemEngine {
 
     /// Every key/value pair that reads see, in key order (for digests and debugging).
     pub fn dump(&self) -> Vec<KeyValue> {
-        self.lock().current.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.lock()
+            .current
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }
 
@@ -137,8 +143,10 @@ fn apply(map: &mut Map, batch: &WriteBatch) {
             }
             WriteOp::DeleteRange { start, end } => {
                 if start < end {
-                    let doomed: Vec<Vec<u8>> =
-                        map.range(start.clone()..end.clone()).map(|(k, _)| k.clone()).collect();
+                    let doomed: Vec<Vec<u8>> = map
+                        .range(start.clone()..end.clone())
+                        .map(|(k, _)| k.clone())
+                        .collect();
                     for key in doomed {
                         map.remove(&key);
                     }

@@ -16,16 +16,7 @@ pub use counting::{CountingEngine, OpCounts};
 pub use memory::MemEngine;
 pub use rocks::{RocksEngine, RocksOptions};
 
-/// An error from the storage layer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StorageError {
-    /// The engine could not read or write (disk error, injected fault, closed database).
-    #[error("storage I/O error: {0}")]
-    Io(String),
-    /// Bytes read back from the engine do not decode; the store refuses to guess.
-    #[error("stored data is corrupted: {0}")]
-    Corrupted(String),
-}
+pub use chainstore_model::StorageError;
 
 /// One key/value pair as returned by a scan.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
@@ -78,7 +69,10 @@ impl WriteBatch {
 
     /// Adds a put.
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.ops.push(WriteOp::Put { key: key.into(), value: value.into() });
+        self.ops.push(WriteOp::Put {
+            key: key.into(),
+            value: value.into(),
+        });
     }
 
     /// Adds a delete.
@@ -88,7 +82,10 @@ impl WriteBatch {
 
     /// Adds a range delete of `[start, end)`.
     pub fn delete_range(&mut self, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
-        self.ops.push(WriteOp::DeleteRange { start: start.into(), end: end.into() });
+        self.ops.push(WriteOp::DeleteRange {
+            start: start.into(),
+            end: end.into(),
+        });
     }
 
     /// Appends every op of `other`, keeping their order.

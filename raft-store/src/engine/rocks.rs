@@ -79,7 +79,10 @@ impl RocksEngine {
         opts.set_block_based_table_factory(&table);
 
         let db = DB::open(&opts, &options.path).map_err(io)?;
-        Ok(Self { db, path: options.path.clone() })
+        Ok(Self {
+            db,
+            path: options.path.clone(),
+        })
     }
 
     /// The database directory.

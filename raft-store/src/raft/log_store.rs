@@ -28,7 +28,9 @@ pub struct LogStore<E: ?Sized> {
 
 impl<E: ?Sized> Clone for LogStore<E> {
     fn clone(&self) -> Self {
-        Self { engine: Arc::clone(&self.engine) }
+        Self {
+            engine: Arc::clone(&self.engine),
+        }
     }
 }
 
@@ -43,7 +45,10 @@ impl<E: Engine + ?Sized> LogStore<E> {
         key: &[u8],
         subject: ErrorSubject<NodeId>,
     ) -> Result<Option<T>, StorageError<NodeId>> {
-        let bytes = self.engine.get(key).map_err(|e| io_error(subject.clone(), ErrorVerb::Read, e))?;
+        let bytes = self
+            .engine
+            .get(key)
+            .map_err(|e| io_error(subject.clone(), ErrorVerb::Read, e))?;
         bytes
             .map(|b| serde_json::from_slice(&b).map_err(|e| io_error(subject, ErrorVerb::Read, e)))
             .transpose()
@@ -69,7 +74,10 @@ fn io_error(
     StorageIOError::new(subject, verb, AnyError::new(&err)).into()
 }
 
-fn encode<T: Serialize>(value: &T, subject: ErrorSubject<NodeId>) -> Result<Vec<u8>, StorageError<NodeId>> {
+fn encode<T: Serialize>(
+    value: &T,
+    subject: ErrorSubject<NodeId>,
+) -> Result<Vec<u8>, StorageError<NodeId>> {
     serde_json::to_vec(value).map_err(|e| io_error(subject, ErrorVerb::Write, e))
 }
 
@@ -104,7 +112,12 @@ impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
         let start = keys::log_entry(start_index(&range));
         let pairs = self
             .engine
-            .scan(&start, &end_key(&range), ScanOrder::Forward, READ_ENTRIES_MAX)
+            .scan(
+                &start,
+                &end_key(&range),
+                ScanOrder::Forward,
+                READ_ENTRIES_MAX,
+            )
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
         pairs.iter().map(|(_, value)| decode_entry(value)).collect()
     }
@@ -116,8 +129,11 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
         let last_purged_log_id: Option<LogId<NodeId>> =
             self.read_value(keys::PURGED, ErrorSubject::Logs)?;
-        let last_log_id = self.last_entry_id()?.or_else(|| last_purged_log_id.clone());
-        Ok(LogState { last_purged_log_id, last_log_id })
+        let last_log_id = self.last_entry_id()?.or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -144,11 +160,15 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         // the entries themselves are durable.
         let mut batch = WriteBatch::new();
         batch.put(keys::COMMITTED, encode(&committed, ErrorSubject::Store)?);
-        self.engine.write(batch).map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
+        self.engine
+            .write(batch)
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self.read_value::<Option<LogId<NodeId>>>(keys::COMMITTED, ErrorSubject::Store)?.flatten())
+        Ok(self
+            .read_value::<Option<LogId<NodeId>>>(keys::COMMITTED, ErrorSubject::Store)?
+            .flatten())
     }
 
     async fn append<I>(
@@ -162,7 +182,10 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     {
         let mut batch = WriteBatch::new();
         for entry in entries {
-            batch.put(keys::log_entry(entry.log_id.index), encode(&entry, ErrorSubject::Logs)?);
+            batch.put(
+                keys::log_entry(entry.log_id.index),
+                encode(&entry, ErrorSubject::Logs)?,
+            );
         }
         // Durable before the callback: openraft counts this node's vote for the entries only
         // once they survive a crash.
@@ -189,7 +212,9 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         // The purged entries are covered by applied state, which the state machine does not
         // sync itself: make it durable before the entries go.
-        self.engine.sync().map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
+        self.engine
+            .sync()
+            .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
         let mut batch = WriteBatch::new();
         batch.put(keys::PURGED, encode(&log_id, ErrorSubject::Logs)?);
         let end = match log_id.index.checked_add(1) {

@@ -40,7 +40,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<KeyValue>, StorageError> {
 
 fn take_chunk(bytes: &[u8]) -> Result<(&[u8], &[u8]), StorageError> {
     let truncated = || StorageError::Corrupted("snapshot is truncated".into());
-    let len_bytes: [u8; 4] = bytes.get(..4).ok_or_else(truncated)?.try_into().map_err(|_| truncated())?;
+    let len_bytes: [u8; 4] = bytes
+        .get(..4)
+        .ok_or_else(truncated)?
+        .try_into()
+        .map_err(|_| truncated())?;
     let len = u32::from_be_bytes(len_bytes) as usize;
     let chunk = bytes.get(4..4 + len).ok_or_else(truncated)?;
     Ok((chunk, &bytes[4 + len..]))
@@ -52,7 +56,10 @@ mod tests {
 
     #[test]
     fn pairs_round_trip_and_every_truncation_is_refused() {
-        let pairs = vec![(b"a/applied".to_vec(), b"{}".to_vec()), (b"cx/h".to_vec(), vec![0; 9])];
+        let pairs = vec![
+            (b"a/applied".to_vec(), b"{}".to_vec()),
+            (b"cx/h".to_vec(), vec![0; 9]),
+        ];
         let bytes = encode(&pairs);
         assert_eq!(decode(&bytes).unwrap(), pairs);
         for cut in 0..bytes.len() {

@@ -42,14 +42,20 @@ pub struct StateMachine<E: ?Sized> {
 
 impl<E: ?Sized> Clone for StateMachine<E> {
     fn clone(&self) -> Self {
-        Self { store: Arc::clone(&self.store), current: Arc::clone(&self.current) }
+        Self {
+            store: Arc::clone(&self.store),
+            current: Arc::clone(&self.current),
+        }
     }
 }
 
 impl<E: Engine + ?Sized> StateMachine<E> {
     /// A state machine over `store`, whose engine the log store shares.
     pub fn new(store: Arc<ChainStore<Arc<E>>>) -> Self {
-        Self { store, current: Arc::new(Mutex::new(None)) }
+        Self {
+            store,
+            current: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// The chain store, for reads.
@@ -63,11 +69,16 @@ impl<E: Engine + ?Sized> StateMachine<E> {
 
     fn held(&self) -> std::sync::MutexGuard<'_, Option<HeldSnapshot>> {
         // A panic while holding the lock cannot leave a half-written Option.
-        self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Applies one entry: its effect (if any) and its log id in one batch.
-    fn apply_entry(&self, entry: &Entry<TypeConfig>) -> Result<CommandResult, StorageError<NodeId>> {
+    fn apply_entry(
+        &self,
+        entry: &Entry<TypeConfig>,
+    ) -> Result<CommandResult, StorageError<NodeId>> {
         let mut batch = WriteBatch::new();
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::Nothing,
@@ -78,9 +89,11 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                         CommandResult::Applied(applied)
                     }
                     Err(ApplyError::Storage(err)) => {
-                        return Err(StorageIOError::apply(entry.log_id.clone(), AnyError::new(&err)).into())
+                        return Err(StorageIOError::apply(entry.log_id, AnyError::new(&err)).into())
                     }
-                    Err(ApplyError::Forked(fork)) => CommandResult::Rejected(Rejection::Forked(fork)),
+                    Err(ApplyError::Forked(fork)) => {
+                        CommandResult::Rejected(Rejection::Forked(fork))
+                    }
                     Err(ApplyError::HeadMoved { expected, found }) => {
                         CommandResult::Rejected(Rejection::HeadMoved { expected, found })
                     }
@@ -90,13 +103,15 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                 }
             }
             EntryPayload::Membership(membership) => {
-                let stored = Membership::new(Some(entry.log_id.clone()), membership.clone());
+                let stored = Membership::new(Some(entry.log_id), membership.clone());
                 batch.put(keys::MEMBERSHIP, to_json(&stored)?);
                 CommandResult::Nothing
             }
         };
-        batch.put(keys::APPLIED, to_json(&Some(entry.log_id.clone()))?);
-        self.engine().write(batch).map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        batch.put(keys::APPLIED, to_json(&Some(entry.log_id))?);
+        self.engine()
+            .write(batch)
+            .map_err(|e| sm_error(ErrorVerb::Write, e))?;
         Ok(result)
     }
 
@@ -111,7 +126,8 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                 applied = serde_json::from_slice::<Option<LogId<NodeId>>>(value)
                     .map_err(|e| sm_error(ErrorVerb::Read, e))?;
             } else if key.as_slice() == keys::MEMBERSHIP {
-                membership = serde_json::from_slice(value).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+                membership =
+                    serde_json::from_slice(value).map_err(|e| sm_error(ErrorVerb::Read, e))?;
             }
         }
         Ok((applied, membership))
@@ -120,7 +136,11 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     fn read_applied(&self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         let mut pairs = Vec::with_capacity(2);
         for key in [keys::APPLIED, keys::MEMBERSHIP] {
-            if let Some(value) = self.engine().get(key).map_err(|e| sm_error(ErrorVerb::Read, e))? {
+            if let Some(value) = self
+                .engine()
+                .get(key)
+                .map_err(|e| sm_error(ErrorVerb::Read, e))?
+            {
                 pairs.push((key.to_vec(), value));
             }
         }
@@ -141,13 +161,26 @@ impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
             .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         let (last_log_id, last_membership) = Self::applied_from(&pairs)?;
         let snapshot_id = match &last_log_id {
-            Some(id) => format!("{}-{}-{}", id.leader_id.term, id.leader_id.node_id, id.index),
+            Some(id) => format!(
+                "{}-{}-{}",
+                id.leader_id.term, id.leader_id.node_id, id.index
+            ),
             None => "empty".to_string(),
         };
-        let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
+        let meta = SnapshotMeta {
+            last_log_id,
+            last_membership,
+            snapshot_id,
+        };
         let data = snapshot::encode(&pairs);
-        *self.held() = Some(HeldSnapshot { meta: meta.clone(), data: data.clone() });
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        *self.held() = Some(HeldSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        });
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
     }
 }
 
@@ -165,14 +198,19 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        entries.into_iter().map(|entry| self.apply_entry(&entry)).collect()
+        entries
+            .into_iter()
+            .map(|entry| self.apply_entry(&entry))
+            .collect()
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -194,12 +232,19 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
         }
         batch.put(keys::APPLIED, to_json(&meta.last_log_id)?);
         batch.put(keys::MEMBERSHIP, to_json(&meta.last_membership)?);
-        self.engine().write_durable(batch).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
-        *self.held() = Some(HeldSnapshot { meta: meta.clone(), data });
+        self.engine()
+            .write_durable(batch)
+            .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        *self.held() = Some(HeldSnapshot {
+            meta: meta.clone(),
+            data,
+        });
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         Ok(self.held().clone().map(|held| Snapshot {
             meta: held.meta,
             snapshot: Box::new(Cursor::new(held.data)),

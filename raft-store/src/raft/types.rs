@@ -4,7 +4,8 @@ use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::{Applied, Effect, Fork, Head};
+use crate::chain::{Applied, Effect};
+use chainstore_model::{Fork, Head};
 
 openraft::declare_raft_types!(
     /// chainstore's Raft types: u64 node ids with an address, commands carrying resolved effects,

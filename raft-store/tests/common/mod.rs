@@ -4,8 +4,8 @@
 pub mod model;
 
 use raft_store::{
-    AppendRequest, ChainEvent, ChainStore, EventId, ExecutionId, LogEvent, MemEngine,
-    RocksEngine, RocksOptions, StoreConfig,
+    AppendRequest, ChainEvent, ChainStore, EventId, ExecutionId, LogEvent, MemEngine, RocksEngine,
+    RocksOptions, StoreConfig,
 };
 use serde_json::{json, Value};
 
@@ -33,7 +33,10 @@ pub fn req(id: &str, prev: Option<&str>) -> AppendRequest {
 }
 
 pub fn genesis(id: &str) -> AppendRequest {
-    AppendRequest { genesis: true, ..req(id, None) }
+    AppendRequest {
+        genesis: true,
+        ..req(id, None)
+    }
 }
 
 pub fn log_event(id: &str, prev: Option<&str>) -> LogEvent {

@@ -28,7 +28,10 @@ impl Exec {
     }
 
     fn seq_of(&self, id: &EventId) -> Option<u64> {
-        self.events.values().find(|e| &e.event_id == id).map(|e| e.exec_seq)
+        self.events
+            .values()
+            .find(|e| &e.event_id == id)
+            .map(|e| e.exec_seq)
     }
 
     fn widen(&mut self, first: u64, through: u64) {
@@ -38,7 +41,10 @@ impl Exec {
                 through_seq: w.through_seq.max(through),
             },
             Some(w) if through == 0 => w,
-            _ => Watermark { first_seq: first, through_seq: through },
+            _ => Watermark {
+                first_seq: first,
+                through_seq: through,
+            },
         });
     }
 
@@ -47,7 +53,11 @@ impl Exec {
             Some(c) if c.root_event_id == root => c.total.max(total),
             _ => total,
         };
-        self.cov = Some(Coverage { root_event_id: root, total, origin });
+        self.cov = Some(Coverage {
+            root_event_id: root,
+            total,
+            origin,
+        });
     }
 }
 
@@ -77,13 +87,23 @@ impl Model {
                 && stored.parent_execution_id == req.parent_execution_id
                 && stored.payload == req.payload
             {
-                return Ok(Appended { exec_seq: seq, commit_index: stored.commit_index, duplicate: true });
+                return Ok(Appended {
+                    exec_seq: seq,
+                    commit_index: stored.commit_index,
+                    duplicate: true,
+                });
             }
-            return Err(AppendError::EventConflict { event_id: req.event_id.clone(), exec_seq: seq });
+            return Err(AppendError::EventConflict {
+                event_id: req.event_id.clone(),
+                exec_seq: seq,
+            });
         }
         let head_id = exec.head().map(|e| e.event_id.clone());
         if head_id != req.prev_event_id {
-            return Err(AppendError::NotHead { expected: head_id, got: req.prev_event_id.clone() });
+            return Err(AppendError::NotHead {
+                expected: head_id,
+                got: req.prev_event_id.clone(),
+            });
         }
         if req.genesis && (exec.wm.is_some() || exec.cov.is_some()) {
             return Err(AppendError::InvalidInput(String::new()));
@@ -113,7 +133,11 @@ impl Model {
                 None => {}
             }
         }
-        Ok(Appended { exec_seq: seq, commit_index, duplicate: false })
+        Ok(Appended {
+            exec_seq: seq,
+            commit_index,
+            duplicate: false,
+        })
     }
 
     pub fn replicated(
@@ -122,11 +146,17 @@ impl Model {
         events: &[ChainEvent],
         commit_index: u64,
     ) -> Result<Replicated, ReplicateError> {
-        if events.iter().any(|e| &e.execution_id != exec_id || e.exec_seq == 0) {
+        if events
+            .iter()
+            .any(|e| &e.execution_id != exec_id || e.exec_seq == 0)
+        {
             return Err(ReplicateError::InvalidInput(String::new()));
         }
         if events.is_empty() {
-            return Ok(Replicated { applied: 0, duplicates: 0 });
+            return Ok(Replicated {
+                applied: 0,
+                duplicates: 0,
+            });
         }
         let exec = self.execs.entry(exec_id.clone()).or_default();
         let mut next = exec.clone();
@@ -153,7 +183,13 @@ impl Model {
                     offered_seq: event.exec_seq,
                 }));
             }
-            next.events.insert(event.exec_seq, ChainEvent { commit_index, ..event.clone() });
+            next.events.insert(
+                event.exec_seq,
+                ChainEvent {
+                    commit_index,
+                    ..event.clone()
+                },
+            );
             applied += 1;
         }
         let first = events.iter().map(|e| e.exec_seq).min().unwrap_or(0);
@@ -163,7 +199,10 @@ impl Model {
             next.cov = None;
         }
         *exec = next;
-        Ok(Replicated { applied, duplicates })
+        Ok(Replicated {
+            applied,
+            duplicates,
+        })
     }
 
     pub fn populate(
@@ -180,11 +219,17 @@ impl Model {
         let stored_len = exec.head_seq();
         if log.is_empty() {
             if stored_len > 0 {
-                return Ok(FromLog::StaleLog { stored_len, log_len: 0 });
+                return Ok(FromLog::StaleLog {
+                    stored_len,
+                    log_len: 0,
+                });
             }
             exec.widen(0, 0);
             exec.raise(None, 0, Origin::Log);
-            return Ok(FromLog::InSync { total: 0, appended: 0 });
+            return Ok(FromLog::InSync {
+                total: 0,
+                appended: 0,
+            });
         }
         let ordered = match model_order(log) {
             Ok(ordered) => ordered,
@@ -211,7 +256,10 @@ impl Model {
         }
         let log_len = ordered.len() as u64;
         if stored_len > log_len {
-            return Ok(FromLog::StaleLog { stored_len, log_len });
+            return Ok(FromLog::StaleLog {
+                stored_len,
+                log_len,
+            });
         }
         exec.raise(Some(ordered[0].event_id.clone()), log_len, Origin::Log);
         let mut appended = 0;
@@ -241,11 +289,15 @@ impl Model {
 
     pub fn guarded(&self, exec_id: &ExecutionId) -> Guarded {
         let exec = self.exec(exec_id);
-        let Some(wm) = exec.wm else { return Guarded::CannotAnswer(Reason::NotPopulated) };
+        let Some(wm) = exec.wm else {
+            return Guarded::CannotAnswer(Reason::NotPopulated);
+        };
         if wm.through_seq != exec.head_seq() {
             return Guarded::CannotAnswer(Reason::WatermarkAhead);
         }
-        let Some(cov) = &exec.cov else { return Guarded::CannotAnswer(Reason::NoCoverage) };
+        let Some(cov) = &exec.cov else {
+            return Guarded::CannotAnswer(Reason::NoCoverage);
+        };
         let events: Vec<ChainEvent> = exec.events.values().cloned().collect();
         if events.len() as u64 != cov.total
             || events.first().map(|e| e.event_id.clone()) != cov.root_event_id
@@ -253,7 +305,11 @@ impl Model {
             return Guarded::CannotAnswer(Reason::CoverageMismatch);
         }
         for (i, event) in events.iter().enumerate() {
-            let expected_prev = if i == 0 { None } else { Some(events[i - 1].event_id.clone()) };
+            let expected_prev = if i == 0 {
+                None
+            } else {
+                Some(events[i - 1].event_id.clone())
+            };
             if event.exec_seq != i as u64 + 1 || event.prev_event_id != expected_prev {
                 return Guarded::CannotAnswer(Reason::BrokenChain);
             }
@@ -268,7 +324,10 @@ impl Model {
     pub fn authority(&self, exec_id: &ExecutionId) -> Authority {
         match self.exec(exec_id).wm {
             None => Authority::NotPopulated,
-            Some(w) => Authority::Authoritative { first_seq: w.first_seq, through_seq: w.through_seq },
+            Some(w) => Authority::Authoritative {
+                first_seq: w.first_seq,
+                through_seq: w.through_seq,
+            },
         }
     }
 
@@ -280,7 +339,9 @@ impl Model {
     /// reached after exactly `span` steps.
     pub fn completeness(&self, exec_id: &ExecutionId) -> Completeness {
         let exec = self.exec(exec_id);
-        let Some(newest) = exec.head().cloned() else { return Completeness::Complete };
+        let Some(newest) = exec.head().cloned() else {
+            return Completeness::Complete;
+        };
         let span = newest.exec_seq;
         let mut walked = 1u64;
         let mut current = newest;
@@ -289,18 +350,32 @@ impl Model {
                 return if walked == span {
                     Completeness::Complete
                 } else {
-                    Completeness::Incomplete { gap_at: None, walked, span }
+                    Completeness::Incomplete {
+                        gap_at: None,
+                        walked,
+                        span,
+                    }
                 };
             };
             if walked >= span {
-                return Completeness::Incomplete { gap_at: None, walked, span };
+                return Completeness::Incomplete {
+                    gap_at: None,
+                    walked,
+                    span,
+                };
             }
             match exec.events.values().find(|e| e.event_id == prev) {
                 Some(e) => {
                     current = e.clone();
                     walked += 1;
                 }
-                None => return Completeness::Incomplete { gap_at: Some(prev), walked, span },
+                None => {
+                    return Completeness::Incomplete {
+                        gap_at: Some(prev),
+                        walked,
+                        span,
+                    }
+                }
             }
         }
     }
@@ -327,16 +402,22 @@ fn model_order(log: &[LogEvent]) -> Result<Vec<LogEvent>, Refusal> {
             }
         }
     }
-    let Some(root) = roots.first() else { return Err(Refusal::NoRoot) };
+    let Some(root) = roots.first() else {
+        return Err(Refusal::NoRoot);
+    };
     for e in log {
-        let children = log.iter().filter(|o| o.prev_event_id.as_ref() == Some(&e.event_id)).count();
+        let children = log
+            .iter()
+            .filter(|o| o.prev_event_id.as_ref() == Some(&e.event_id))
+            .count();
         if children > 1 {
             return Err(Refusal::Fork);
         }
     }
     let mut ordered = vec![(*root).clone()];
-    while let Some(next) =
-        log.iter().find(|o| o.prev_event_id.as_ref() == Some(&ordered[ordered.len() - 1].event_id))
+    while let Some(next) = log
+        .iter()
+        .find(|o| o.prev_event_id.as_ref() == Some(&ordered[ordered.len() - 1].event_id))
     {
         if ordered.len() > log.len() {
             break;

@@ -1,6 +1,8 @@
-//! Outbound HTTP. Raft RPCs and forwarded client requests go through [`Transport`], so that the
-//! simulations can swap reqwest for a client over simulated sockets without a second copy of the
-//! node.
+//! `chainstore-transport`: one HTTP exchange, behind a trait.
+//!
+//! The node's Raft RPCs and forwarded requests, and the client's requests, all go through
+//! [`Transport`], so that the simulations can swap reqwest ([`ReqwestTransport`]) for a client
+//! over simulated sockets without a second copy of the node or the client.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -88,7 +90,9 @@ impl Transport for ReqwestTransport {
                 *headers = response.headers().clone();
             }
             let body = response.bytes().await.map_err(|e| classify(e, timeout))?;
-            builder.body(body).map_err(|e| TransportError::Failed(e.to_string()))
+            builder
+                .body(body)
+                .map_err(|e| TransportError::Failed(e.to_string()))
         })
     }
 }

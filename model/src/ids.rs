@@ -43,7 +43,10 @@ pub fn validate_id(bytes: &[u8]) -> Result<(), InvalidId> {
         return Err(InvalidId::TooLong { len: bytes.len() });
     }
     match bytes.iter().position(|b| !is_id_byte(*b)) {
-        Some(offset) => Err(InvalidId::BadByte { byte: bytes[offset], offset }),
+        Some(offset) => Err(InvalidId::BadByte {
+            byte: bytes[offset],
+            offset,
+        }),
         None => Ok(()),
     }
 }
@@ -140,9 +143,24 @@ mod tests {
     #[test]
     fn rejects_empty_long_and_foreign_bytes() {
         assert_eq!(EventId::new(""), Err(InvalidId::Empty));
-        assert_eq!(EventId::new("x".repeat(ID_BYTES_MAX + 1)), Err(InvalidId::TooLong { len: 129 }));
-        assert_eq!(EventId::new("a/b"), Err(InvalidId::BadByte { byte: b'/', offset: 1 }));
-        assert_eq!(EventId::new("a b"), Err(InvalidId::BadByte { byte: b' ', offset: 1 }));
+        assert_eq!(
+            EventId::new("x".repeat(ID_BYTES_MAX + 1)),
+            Err(InvalidId::TooLong { len: 129 })
+        );
+        assert_eq!(
+            EventId::new("a/b"),
+            Err(InvalidId::BadByte {
+                byte: b'/',
+                offset: 1
+            })
+        );
+        assert_eq!(
+            EventId::new("a b"),
+            Err(InvalidId::BadByte {
+                byte: b' ',
+                offset: 1
+            })
+        );
         assert!(EventId::new("é").is_err());
         assert!(EventId::from_bytes(&[b'a', 0xff]).is_err());
     }

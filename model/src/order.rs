@@ -7,14 +7,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::chain::types::{LogEvent, Refusal};
 use crate::ids::EventId;
+use crate::types::{LogEvent, Refusal};
 
 /// Orders `events` into one chain from its root, or says why they are not one chain. The caller
 /// has already rejected duplicate ids and empty logs.
-pub(crate) fn order_by_links(events: &[LogEvent]) -> Result<Vec<&LogEvent>, Refusal> {
+pub fn order_by_links(events: &[LogEvent]) -> Result<Vec<&LogEvent>, Refusal> {
     let by_id: BTreeMap<&EventId, &LogEvent> = events.iter().map(|e| (&e.event_id, e)).collect();
-    debug_assert_eq!(by_id.len(), events.len(), "duplicate ids are rejected before ordering");
+    debug_assert_eq!(
+        by_id.len(),
+        events.len(),
+        "duplicate ids are rejected before ordering"
+    );
 
     let mut roots = events.iter().filter(|e| e.prev_event_id.is_none());
     let root = roots.next();
@@ -86,14 +90,31 @@ mod tests {
     fn each_malformed_shape_gets_its_reason() {
         let cases = [
             (vec![ev("a", None), ev("b", None)], Refusal::MultipleRoots),
-            (vec![ev("a", None), ev("b", Some("x"))], Refusal::DanglingPrev),
-            (vec![ev("a", Some("b")), ev("b", Some("a"))], Refusal::NoRoot),
-            (vec![ev("a", None), ev("b", Some("a")), ev("c", Some("a"))], Refusal::Fork),
             (
-                vec![ev("a", None), ev("b", Some("a")), ev("c", Some("d")), ev("d", Some("c"))],
+                vec![ev("a", None), ev("b", Some("x"))],
+                Refusal::DanglingPrev,
+            ),
+            (
+                vec![ev("a", Some("b")), ev("b", Some("a"))],
+                Refusal::NoRoot,
+            ),
+            (
+                vec![ev("a", None), ev("b", Some("a")), ev("c", Some("a"))],
+                Refusal::Fork,
+            ),
+            (
+                vec![
+                    ev("a", None),
+                    ev("b", Some("a")),
+                    ev("c", Some("d")),
+                    ev("d", Some("c")),
+                ],
                 Refusal::Unreachable,
             ),
-            (vec![ev("a", None), ev("s", Some("s"))], Refusal::Unreachable),
+            (
+                vec![ev("a", None), ev("s", Some("s"))],
+                Refusal::Unreachable,
+            ),
         ];
         for (log, reason) in cases {
             assert_eq!(order_by_links(&log).err(), Some(reason), "{log:?}");

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::StorageError;
+use crate::error::StorageError;
 use crate::ids::{EventId, ExecutionId};
 
 /// One stored event of an execution's chain.
@@ -96,7 +96,10 @@ pub struct Watermark {
 
 impl Watermark {
     /// The marker of a populated execution that has no events.
-    pub const EMPTY: Watermark = Watermark { first_seq: 0, through_seq: 0 };
+    pub const EMPTY: Watermark = Watermark {
+        first_seq: 0,
+        through_seq: 0,
+    };
 
     /// True for the empty marker.
     pub fn is_empty_span(&self) -> bool {
@@ -145,7 +148,10 @@ impl Coverage {
     pub fn raise(self, existing: Option<&Coverage>) -> Coverage {
         match existing {
             Some(old) if old.root_event_id == self.root_event_id && old.total > self.total => {
-                Coverage { total: old.total, ..self }
+                Coverage {
+                    total: old.total,
+                    ..self
+                }
             }
             _ => self,
         }
@@ -394,6 +400,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every reason, in the order the checks run.
+    pub const ALL: [Refusal; 5] = [
+        Refusal::MultipleRoots,
+        Refusal::DanglingPrev,
+        Refusal::NoRoot,
+        Refusal::Fork,
+        Refusal::Unreachable,
+    ];
+
     /// The wire name.
     pub fn as_str(&self) -> &'static str {
         match self {

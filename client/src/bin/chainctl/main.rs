@@ -1,0 +1,550 @@
+//! `chainctl`: the command-line interface to a chainstore cluster.
+//!
+//! Output is a table or plain lines for people, JSON with `--json` for scripts. Errors are one
+//! line on stderr. Exit codes: 0 done; 1 the cluster refused the request (`not_head`,
+//! `event_conflict`, `forked`, `invalid_input`, `not_found`, `unauthorized`, `too_large`, or a
+//! populate that diverged or was refused); 2 bad arguments or input; 3 the cluster is unreachable
+//! or unavailable; 4 a guarded read that cannot answer.
+
+mod bench;
+mod output;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainstore_client::{
+    AppendRequest, Client, ClientError, Consistency, EventId, ExecutionId, FromLog, Guarded,
+    LogEvent, ReadOptions, RetryPolicy,
+};
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use output::{print_table, Failure};
+
+#[derive(Debug, Parser)]
+#[command(name = "chainctl", version, about = "Talks to a chainstore cluster.")]
+struct Cli {
+    /// Comma-separated node URLs.
+    #[arg(
+        long,
+        env = "CHAINCTL_NODES",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103"
+    )]
+    nodes: Vec<String>,
+    /// Bearer token for the client API.
+    #[arg(long, env = "CHAINCTL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Deadline of one request, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    timeout_ms: u64,
+    /// Attempts per call before giving up on an unavailable cluster.
+    #[arg(long, default_value_t = 10)]
+    attempts: u32,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Cluster membership and health.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Appends one event at the head of an execution.
+    Append {
+        execution: String,
+        event_id: String,
+        /// The current head's event id (omit for the first event).
+        #[arg(long)]
+        prev: Option<String>,
+        /// The payload, as JSON.
+        #[arg(long, default_value = "{}")]
+        payload: String,
+        /// The parent execution.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Declare the cluster the system of record of a new execution.
+        #[arg(long)]
+        genesis: bool,
+    },
+    /// The guarded read of an execution's chain.
+    Chain {
+        execution: String,
+        /// Read this node's state instead of a linearizable read.
+        #[arg(long)]
+        local: bool,
+        /// Wait until the node applied this index.
+        #[arg(long)]
+        min_index: Option<u64>,
+        /// The raw stored events, unguarded (diagnosis only).
+        #[arg(long)]
+        raw: bool,
+    },
+    /// An execution's records: authority, coverage, head, completeness.
+    State {
+        execution: String,
+        #[arg(long)]
+        local: bool,
+        #[arg(long)]
+        min_index: Option<u64>,
+    },
+    /// One event.
+    Event {
+        execution: String,
+        event_id: String,
+        #[arg(long)]
+        local: bool,
+    },
+    /// Populates executions from a JSON-lines log (one event per line, with `execution_id`).
+    Populate {
+        #[arg(long)]
+        file: PathBuf,
+        /// Executions populated at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
+    /// The commit-ordered change feed.
+    Changes {
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Keep polling for new changes.
+        #[arg(long)]
+        follow: bool,
+        /// Poll interval with --follow, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+    },
+    /// A load generator: appends with the head check from concurrent writers.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Every node's view: state, leader, term, indexes, readiness.
+    Status,
+}
+
+fn execution(raw: &str) -> Result<ExecutionId, Failure> {
+    ExecutionId::new(raw).map_err(|e| Failure::usage(format!("bad execution id {raw:?}: {e}")))
+}
+
+fn event_id(raw: &str) -> Result<EventId, Failure> {
+    EventId::new(raw).map_err(|e| Failure::usage(format!("bad event id {raw:?}: {e}")))
+}
+
+fn read_options(local: bool, min_index: Option<u64>) -> ReadOptions {
+    ReadOptions {
+        consistency: if local {
+            Consistency::Local
+        } else {
+            Consistency::Linearizable
+        },
+        min_index,
+    }
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let policy = RetryPolicy {
+        attempts_max: cli.attempts.max(1),
+        request_timeout: Duration::from_millis(cli.timeout_ms),
+        ..RetryPolicy::default()
+    };
+    let mut builder = Client::builder(cli.nodes.clone()).retry_policy(policy);
+    if let Some(token) = &cli.token {
+        builder = builder.token(token.clone());
+    }
+    let client = Arc::new(builder.build().map_err(Failure::from)?);
+    let json = cli.json;
+    match cli.command {
+        Command::Cluster {
+            command: ClusterCommand::Status,
+        } => cluster_status(&client, json).await,
+        Command::Append {
+            execution: exec,
+            event_id: id,
+            prev,
+            payload,
+            parent,
+            genesis,
+        } => {
+            let payload: Value = serde_json::from_str(&payload)
+                .map_err(|e| Failure::usage(format!("--payload is not JSON: {e}")))?;
+            let request = AppendRequest {
+                event_id: event_id(&id)?,
+                prev_event_id: prev.as_deref().map(event_id).transpose()?,
+                parent_execution_id: parent.as_deref().map(execution).transpose()?,
+                payload,
+                genesis,
+            };
+            let exec = execution(&exec)?;
+            let appended = client.append(&exec, &request).await?;
+            if json {
+                print_json(
+                    &json!({ "execution_id": exec, "event_id": request.event_id, "exec_seq": appended.exec_seq, "commit_index": appended.commit_index, "duplicate": appended.duplicate }),
+                );
+            } else {
+                let note = if appended.duplicate {
+                    " (duplicate: already stored)"
+                } else {
+                    ""
+                };
+                println!(
+                    "appended {} to {exec} at seq {}, commit index {}{note}",
+                    request.event_id, appended.exec_seq, appended.commit_index
+                );
+            }
+            Ok(())
+        }
+        Command::Chain {
+            execution: exec,
+            local,
+            min_index,
+            raw,
+        } => {
+            let exec = execution(&exec)?;
+            let options = read_options(local, min_index);
+            if raw {
+                let events = client.chain_raw(&exec, options).await?;
+                if json {
+                    print_json(&json!({ "events": events }));
+                } else {
+                    print_events(&events);
+                }
+                return Ok(());
+            }
+            let read = client.chain(&exec, options).await?;
+            match read.answer {
+                Guarded::Authoritative(events) => {
+                    if json {
+                        print_json(
+                            &json!({ "execution_id": exec, "answer": "authoritative", "events": events, "applied_index": read.applied_index }),
+                        );
+                    } else {
+                        println!(
+                            "{exec}: authoritative, {} events (applied index {})",
+                            events.len(),
+                            read.applied_index
+                        );
+                        print_events(&events);
+                    }
+                    Ok(())
+                }
+                Guarded::CannotAnswer(reason) => {
+                    if json {
+                        print_json(
+                            &json!({ "execution_id": exec, "answer": "cannot_answer", "reason": reason.as_str(), "applied_index": read.applied_index }),
+                        );
+                    } else {
+                        println!("{exec}: cannot answer ({}); ask the authoritative log (applied index {})", reason.as_str(), read.applied_index);
+                    }
+                    Err(Failure::silent(4))
+                }
+            }
+        }
+        Command::State {
+            execution: exec,
+            local,
+            min_index,
+        } => {
+            let exec = execution(&exec)?;
+            let state = client.state(&exec, read_options(local, min_index)).await?;
+            if json {
+                print_json(&serde_json::to_value(&state).unwrap_or_default());
+            } else {
+                let value = serde_json::to_value(&state).unwrap_or_default();
+                let rows: Vec<Vec<String>> = [
+                    "authority",
+                    "coverage",
+                    "head",
+                    "complete",
+                    "gap_at",
+                    "applied_index",
+                ]
+                .iter()
+                .map(|k| vec![k.to_string(), value[*k].to_string()])
+                .collect();
+                print_table(&["record", "value"], &rows);
+            }
+            Ok(())
+        }
+        Command::Event {
+            execution: exec,
+            event_id: id,
+            local,
+        } => {
+            let exec = execution(&exec)?;
+            let id = event_id(&id)?;
+            match client.event(&exec, &id, read_options(local, None)).await? {
+                Some(event) => {
+                    if json {
+                        print_json(&serde_json::to_value(&event).unwrap_or_default());
+                    } else {
+                        print_events(std::slice::from_ref(&event));
+                    }
+                    Ok(())
+                }
+                None => Err(Failure::refused(format!("{exec} has no event {id}"))),
+            }
+        }
+        Command::Populate { file, concurrency } => {
+            populate(client, &file, concurrency.max(1), json).await
+        }
+        Command::Changes {
+            after,
+            limit,
+            follow,
+            interval_ms,
+        } => {
+            let mut after = after;
+            loop {
+                let page = client.changes(after, limit, ReadOptions::default()).await?;
+                for change in &page.changes {
+                    if json {
+                        println!("{}", serde_json::to_string(change).unwrap_or_default());
+                    } else {
+                        println!(
+                            "{:>10}  {}  seq {}  {}",
+                            change.commit_index,
+                            change.execution_id,
+                            change.exec_seq,
+                            change.event_id
+                        );
+                    }
+                }
+                let _ = std::io::stdout().flush();
+                let empty = page.changes.is_empty();
+                after = page.next;
+                if !follow {
+                    return Ok(());
+                }
+                if empty {
+                    tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+                }
+            }
+        }
+        Command::Bench(args) => bench::run(client, args, json).await,
+    }
+}
+
+fn print_events(events: &[chainstore_client::ChainEvent]) {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.exec_seq.to_string(),
+                e.event_id.to_string(),
+                e.prev_event_id
+                    .as_ref()
+                    .map_or("-".into(), |p| p.to_string()),
+                e.commit_index.to_string(),
+                e.payload.to_string(),
+            ]
+        })
+        .collect();
+    print_table(&["seq", "event", "prev", "commit", "payload"], &rows);
+}
+
+async fn cluster_status(client: &Client, json: bool) -> Result<(), Failure> {
+    let views = client.node_views().await;
+    if json {
+        let nodes: Vec<Value> = views
+            .iter()
+            .map(|(url, view, ready)| match view {
+                Ok(v) => json!({ "url": url, "ready": ready, "view": v }),
+                Err(e) => json!({ "url": url, "ready": false, "error": e }),
+            })
+            .collect();
+        print_json(&json!({ "nodes": nodes }));
+    } else {
+        let rows: Vec<Vec<String>> = views
+            .iter()
+            .map(|(url, view, ready)| match view {
+                Ok(v) => vec![
+                    v.node_id.to_string(),
+                    url.clone(),
+                    v.state.clone(),
+                    v.leader_id.map_or("-".into(), |l| l.to_string()),
+                    v.term.to_string(),
+                    v.last_log_index.to_string(),
+                    v.last_applied.to_string(),
+                    if *ready {
+                        "ready".into()
+                    } else {
+                        "not ready".into()
+                    },
+                ],
+                Err(e) => vec![
+                    "?".into(),
+                    url.clone(),
+                    "unreachable".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    e.chars().take(60).collect(),
+                ],
+            })
+            .collect();
+        print_table(
+            &[
+                "id", "url", "state", "leader", "term", "last log", "applied", "health",
+            ],
+            &rows,
+        );
+    }
+    if views.iter().all(|(_, view, _)| view.is_err()) {
+        return Err(Failure::unavailable("no node answered"));
+    }
+    Ok(())
+}
+
+/// One line of a populate file.
+#[derive(serde::Deserialize)]
+struct LogLine {
+    execution_id: ExecutionId,
+    #[serde(flatten)]
+    event: LogEvent,
+}
+
+async fn populate(
+    client: Arc<Client>,
+    file: &std::path::Path,
+    concurrency: usize,
+    json: bool,
+) -> Result<(), Failure> {
+    let reader = std::fs::File::open(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    let mut logs: BTreeMap<ExecutionId, Vec<LogEvent>> = BTreeMap::new();
+    for (n, line) in std::io::BufReader::new(reader).lines().enumerate() {
+        let line = line.map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: LogLine = serde_json::from_str(&line)
+            .map_err(|e| Failure::usage(format!("{}:{}: {e}", file.display(), n + 1)))?;
+        logs.entry(parsed.execution_id)
+            .or_default()
+            .push(parsed.event);
+    }
+    let total = logs.len();
+    let show_progress = !json && std::io::stderr().is_terminal();
+    let work = Arc::new(tokio::sync::Mutex::new(logs.into_iter()));
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<(ExecutionId, Result<FromLog, ClientError>)>(64);
+    for _ in 0..concurrency {
+        let (work, tx, client) = (Arc::clone(&work), tx.clone(), Arc::clone(&client));
+        tokio::spawn(async move {
+            loop {
+                let next = work.lock().await.next();
+                let Some((exec, events)) = next else { break };
+                let outcome = client.populate(&exec, &events).await;
+                if tx.send((exec, outcome)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut results = Vec::new();
+    let mut unavailable = None;
+    let mut done = 0;
+    while let Some((exec, outcome)) = rx.recv().await {
+        done += 1;
+        let label = match &outcome {
+            Ok(o) => o.label().to_string(),
+            Err(e) => {
+                if e.is_retryable() {
+                    unavailable = Some(e.to_string());
+                }
+                "error".to_string()
+            }
+        };
+        *counts.entry(label.clone()).or_default() += 1;
+        if json {
+            results.push(match &outcome {
+                Ok(o) => json!({ "execution_id": exec, "outcome": serde_json::to_value(o).unwrap_or_default(), "label": label }),
+                Err(e) => json!({ "execution_id": exec, "error": e.to_string() }),
+            });
+        } else if let Err(e) = &outcome {
+            eprintln!("{exec}: {e}");
+        } else if let Ok(o) = &outcome {
+            if !o.is_healthy() {
+                eprintln!("{exec}: {}", serde_json::to_string(o).unwrap_or_default());
+            }
+        }
+        if show_progress {
+            let width = 30;
+            let filled = width * done / total.max(1);
+            eprint!(
+                "\r[{}{}] {done}/{total} executions",
+                "#".repeat(filled),
+                ".".repeat(width - filled)
+            );
+        }
+    }
+    if show_progress {
+        eprintln!();
+    }
+    if json {
+        print_json(&json!({ "executions": total, "outcomes": counts, "results": results }));
+    } else {
+        let rows: Vec<Vec<String>> = counts
+            .iter()
+            .map(|(k, v)| vec![k.clone(), v.to_string()])
+            .collect();
+        print_table(&["outcome", "executions"], &rows);
+    }
+    if let Some(message) = unavailable {
+        return Err(Failure::unavailable(message));
+    }
+    let unhealthy = ["diverged", "refused", "error"]
+        .iter()
+        .any(|k| counts.contains_key(*k));
+    if unhealthy {
+        Err(Failure::silent(1))
+    } else {
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("chainctl: cannot start: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if let Some(message) = &failure.message {
+                eprintln!("chainctl: {message}");
+            }
+            ExitCode::from(failure.code)
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! [`Client`]: one handle over a list of node URLs. It finds the leader and follows it, retries
+//! what is retryable with bounded exponential back-off and jitter, and turns every answer into a
+//! typed result.
+//!
+//! Appends are safe to retry because the store is idempotent by event id: a retried append that
+//! had in fact committed answers with its original seq and `duplicate: true`, never `not_head`.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chainstore_model::{
+    AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, LogEvent, Replicated,
+};
+use chainstore_transport::{ReqwestTransport, Transport};
+use http::{HeaderMap, Method, StatusCode};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::ClientError;
+use crate::types::{
+    parse_from_log, ChangesPage, ClusterStatus, GuardedRead, ReadOptions, StateView,
+};
+
+/// Header naming the leader on write answers.
+const LEADER_HEADER: &str = "x-chainstore-leader";
+
+/// How calls are retried.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts per call, the first included.
+    pub attempts_max: u32,
+    /// Back-off before the second attempt; doubles each time.
+    pub backoff_base: Duration,
+    /// Longest back-off.
+    pub backoff_max: Duration,
+    /// Deadline of one attempt.
+    pub request_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts_max: 10,
+            backoff_base: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Builds a [`Client`].
+pub struct ClientBuilder {
+    urls: Vec<String>,
+    token: Option<String>,
+    policy: RetryPolicy,
+    seed: Option<u64>,
+    transport: Option<Arc<dyn Transport>>,
+}
+
+impl ClientBuilder {
+    /// Sends `Authorization: Bearer <token>` on every call.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Replaces the retry policy.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Seeds the back-off jitter (simulations need it reproducible).
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Sends through `transport` instead of reqwest.
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// The client.
+    pub fn build(self) -> Result<Client, ClientError> {
+        if self.urls.is_empty() {
+            return Err(ClientError::InvalidInput(
+                "a client needs at least one node URL".into(),
+            ));
+        }
+        let nodes: Vec<String> = self
+            .urls
+            .into_iter()
+            .map(|u| {
+                let u = u.trim().trim_end_matches('/').to_string();
+                if u.contains("://") {
+                    u
+                } else {
+                    format!("http://{u}")
+                }
+            })
+            .collect();
+        let transport = match self.transport {
+            Some(t) => t,
+            None => Arc::new(
+                ReqwestTransport::new(Duration::from_secs(2))
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?,
+            ),
+        };
+        // Without a seed, the jitter only has to differ between processes.
+        let seed = self.seed.unwrap_or_else(|| {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        });
+        Ok(Client {
+            nodes,
+            transport,
+            token: self.token,
+            policy: self.policy,
+            state: Mutex::new(State {
+                preferred: 0,
+                node_ids: BTreeMap::new(),
+                discovered: false,
+                rng: seed | 1,
+            }),
+        })
+    }
+}
+
+struct State {
+    /// Index of the node tried first: the leader when known.
+    preferred: usize,
+    /// Node id → index in `nodes`, learned from `/v1/cluster`.
+    node_ids: BTreeMap<u64, usize>,
+    discovered: bool,
+    /// xorshift64 state for the jitter.
+    rng: u64,
+}
+
+/// A decoded answer.
+struct Answer {
+    status: StatusCode,
+    body: Value,
+}
+
+/// A typed client of a chainstore cluster. Cheap to share behind an `Arc`; calls may run
+/// concurrently.
+pub struct Client {
+    nodes: Vec<String>,
+    transport: Arc<dyn Transport>,
+    token: Option<String>,
+    policy: RetryPolicy,
+    state: Mutex<State>,
+}
+
+fn error_from(status: StatusCode, body: &Value) -> ClientError {
+    let message = body["message"].as_str().unwrap_or_default().to_string();
+    let id = |field: &str| body[field].as_str().and_then(|s| EventId::new(s).ok());
+    match (status.as_u16(), body["error"].as_str().unwrap_or_default()) {
+        (409, "not_head") => ClientError::NotHead {
+            expected: id("expected"),
+            got: id("got"),
+        },
+        (409, "event_conflict") => ClientError::EventConflict(message),
+        (409, "forked") => ClientError::Forked(message),
+        (400, _) => ClientError::InvalidInput(message),
+        (413, _) => ClientError::TooLarge(message),
+        (401, _) => ClientError::Unauthorized(message),
+        (404, _) => ClientError::NotFound(message),
+        (503, _) => ClientError::Unavailable(message),
+        (code, error) => ClientError::Protocol(format!("HTTP {code} {error}: {message}")),
+    }
+}
+
+impl Client {
+    /// A builder over `urls` (`http://host:port` or `host:port`).
+    pub fn builder<I, S>(urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClientBuilder {
+            urls: urls.into_iter().map(Into::into).collect(),
+            token: None,
+            policy: RetryPolicy::default(),
+            seed: None,
+            transport: None,
+        }
+    }
+
+    /// The node URLs.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    fn shared(&self) -> MutexGuard<'_, State> {
+        // Every update of State is a single assignment; a poisoned lock holds a valid state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let mut state = self.shared();
+        state.rng ^= state.rng << 13;
+        state.rng ^= state.rng >> 7;
+        state.rng ^= state.rng << 17;
+        let unit = (state.rng % 1000) as f64 / 1000.0;
+        let exp = self
+            .policy
+            .backoff_base
+            .saturating_mul(1u32 << attempt.min(16));
+        exp.min(self.policy.backoff_max).mul_f64(0.5 + unit / 2.0)
+    }
+
+    async fn send_once(
+        &self,
+        node: usize,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+        let mut request = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.nodes[node]));
+        if let Some(token) = &self.token {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if body.is_some() {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(body.clone().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let response = self
+            .transport
+            .send(request, self.policy.request_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (parts, bytes) = response.into_parts();
+        Ok((parts.status, parts.headers, bytes))
+    }
+
+    /// Learns which URL is which node and who leads, from every node's `/v1/cluster`.
+    async fn discover(&self) {
+        let mut ids = BTreeMap::new();
+        let mut leader = None;
+        for node in 0..self.nodes.len() {
+            if let Ok((StatusCode::OK, _, bytes)) = self
+                .send_once(node, &Method::GET, "/v1/cluster", &None)
+                .await
+            {
+                if let Ok(view) = serde_json::from_slice::<Value>(&bytes) {
+                    if let Some(id) = view["node_id"].as_u64() {
+                        ids.insert(id, node);
+                    }
+                    leader = leader.or(view["leader_id"].as_u64());
+                }
+            }
+        }
+        let mut state = self.shared();
+        if let Some(index) = leader.and_then(|l| ids.get(&l)) {
+            state.preferred = *index;
+        }
+        state.node_ids = ids;
+        state.discovered = true;
+    }
+
+    fn follow_leader(&self, headers: &HeaderMap) {
+        let leader = headers
+            .get(LEADER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(leader) = leader {
+            let mut state = self.shared();
+            if let Some(index) = state.node_ids.get(&leader).copied() {
+                state.preferred = index;
+            }
+        }
+    }
+
+    fn rotate(&self) {
+        let mut state = self.shared();
+        state.preferred = (state.preferred + 1) % self.nodes.len();
+    }
+
+    /// One call with retries: transport failures and 503 answers are retried (on the next node,
+    /// after a back-off); every other answer is returned.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Answer, ClientError> {
+        let body = body.map(|b| Bytes::from(b.to_string()));
+        if !self.shared().discovered {
+            self.discover().await;
+        }
+        let mut last_failure = String::from("no attempt made");
+        for attempt in 0..self.policy.attempts_max {
+            if attempt > 0 {
+                tokio::time::sleep(self.backoff(attempt - 1)).await;
+            }
+            let node = self.shared().preferred;
+            match self.send_once(node, &method, path, &body).await {
+                Err(failure) => {
+                    last_failure = format!("{}: {failure}", self.nodes[node]);
+                    self.rotate();
+                }
+                Ok((status, headers, bytes)) => {
+                    self.follow_leader(&headers);
+                    let body: Value = if bytes.is_empty() {
+                        Value::Null
+                    } else {
+                        serde_json::from_slice(&bytes).map_err(|e| {
+                            ClientError::Protocol(format!(
+                                "HTTP {status} with a body that is not JSON: {e}"
+                            ))
+                        })?
+                    };
+                    if status == StatusCode::SERVICE_UNAVAILABLE {
+                        last_failure = format!(
+                            "{}: {}",
+                            self.nodes[node],
+                            body["message"].as_str().unwrap_or("unavailable")
+                        );
+                        if body["error"] == "no_leader" {
+                            self.discover().await;
+                        }
+                        continue;
+                    }
+                    return Ok(Answer { status, body });
+                }
+            }
+        }
+        Err(ClientError::Unavailable(format!(
+            "gave up after {} attempts; last: {last_failure}",
+            self.policy.attempts_max
+        )))
+    }
+
+    async fn call_ok(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
+        let answer = self.call(method, path, body).await?;
+        if answer.status.is_success() {
+            Ok(answer.body)
+        } else {
+            Err(error_from(answer.status, &answer.body))
+        }
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+        serde_json::from_value(value)
+            .map_err(|e| ClientError::Protocol(format!("unexpected answer shape: {e}")))
+    }
+
+    fn body_of<T: Serialize>(value: &T) -> Result<Value, ClientError> {
+        serde_json::to_value(value).map_err(|e| ClientError::InvalidInput(e.to_string()))
+    }
+
+    /// Appends one event with the head check (SPEC §4.1).
+    pub async fn append(
+        &self,
+        exec: &ExecutionId,
+        request: &AppendRequest,
+    ) -> Result<Appended, ClientError> {
+        let body = Self::body_of(request)?;
+        let answer = self
+            .call_ok(
+                Method::POST,
+                &format!("/v1/executions/{exec}/events"),
+                Some(body),
+            )
+            .await?;
+        Self::decode(answer)
+    }
+
+    /// Builds or extends an execution from the authoritative log (SPEC §4.3).
+    pub async fn populate(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+    ) -> Result<FromLog, ClientError> {
+        let body = json!({ "events": events });
+        let answer = self
+            .call_ok(
+                Method::POST,
+                &format!("/v1/executions/{exec}/populate"),
+                Some(body),
+            )
+            .await?;
+        parse_from_log(&answer)
+    }
+
+    /// Stores replicated events in any order (SPEC §4.2).
+    pub async fn replicated(
+        &self,
+        exec: &ExecutionId,
+        events: &[ChainEvent],
+    ) -> Result<Replicated, ClientError> {
+        let body = json!({ "events": events });
+        let answer = self
+            .call_ok(
+                Method::POST,
+                &format!("/v1/executions/{exec}/replicated"),
+                Some(body),
+            )
+            .await?;
+        Self::decode(answer)
+    }
+
+    /// The guarded read: the chain when the store can prove it whole, or why it cannot.
+    pub async fn chain(
+        &self,
+        exec: &ExecutionId,
+        options: ReadOptions,
+    ) -> Result<GuardedRead, ClientError> {
+        let answer = self
+            .call_ok(
+                Method::GET,
+                &format!("/v1/executions/{exec}/chain{}", options.query()),
+                None,
+            )
+            .await?;
+        GuardedRead::from_json(&answer)
+    }
+
+    /// The stored events, unguarded: for diagnosis, never as an answer.
+    pub async fn chain_raw(
+        &self,
+        exec: &ExecutionId,
+        options: ReadOptions,
+    ) -> Result<Vec<ChainEvent>, ClientError> {
+        let answer = self
+            .call_ok(
+                Method::GET,
+                &format!("/v1/executions/{exec}/chain/raw{}", options.query()),
+                None,
+            )
+            .await?;
+        Self::decode(answer["events"].clone())
+    }
+
+    /// The per-execution records.
+    pub async fn state(
+        &self,
+        exec: &ExecutionId,
+        options: ReadOptions,
+    ) -> Result<StateView, ClientError> {
+        let answer = self
+            .call_ok(
+                Method::GET,
+                &format!("/v1/executions/{exec}/state{}", options.query()),
+                None,
+            )
+            .await?;
+        Self::decode(answer)
+    }
+
+    /// One event, or `None` when the execution does not hold it.
+    pub async fn event(
+        &self,
+        exec: &ExecutionId,
+        event_id: &EventId,
+        options: ReadOptions,
+    ) -> Result<Option<ChainEvent>, ClientError> {
+        let path = format!("/v1/executions/{exec}/events/{event_id}{}", options.query());
+        match self.call_ok(Method::GET, &path, None).await {
+            Ok(answer) => Self::decode(answer).map(Some),
+            Err(ClientError::NotFound(_)) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A page of the commit-ordered change feed after `after`.
+    pub async fn changes(
+        &self,
+        after: u64,
+        limit: usize,
+        options: ReadOptions,
+    ) -> Result<ChangesPage, ClientError> {
+        let mut query = options.query();
+        query.push_str(if query.is_empty() { "?" } else { "&" });
+        query.push_str(&format!("after={after}&limit={limit}"));
+        let answer = self
+            .call_ok(Method::GET, &format!("/v1/changes{query}"), None)
+            .await?;
+        Self::decode(answer)
+    }
+
+    /// The cluster as the preferred node (the leader, when known) sees it.
+    pub async fn cluster(&self) -> Result<ClusterStatus, ClientError> {
+        let answer = self.call_ok(Method::GET, "/v1/cluster", None).await?;
+        Self::decode(answer)
+    }
+
+    /// Every node's own view and readiness, without retries: for status tables.
+    pub async fn node_views(&self) -> Vec<(String, Result<ClusterStatus, String>, bool)> {
+        let mut views = Vec::with_capacity(self.nodes.len());
+        for node in 0..self.nodes.len() {
+            let view = match self
+                .send_once(node, &Method::GET, "/v1/cluster", &None)
+                .await
+            {
+                Ok((status, _, bytes)) if status.is_success() => {
+                    serde_json::from_slice::<ClusterStatus>(&bytes).map_err(|e| e.to_string())
+                }
+                Ok((status, _, bytes)) => Err(format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                )),
+                Err(failure) => Err(failure),
+            };
+            let ready = matches!(
+                self.send_once(node, &Method::GET, "/readyz", &None).await,
+                Ok((StatusCode::OK, _, _))
+            );
+            views.push((self.nodes[node].clone(), view, ready));
+        }
+        views
+    }
+}

@@ -1,0 +1,47 @@
+//! [`ClientError`]: every way a call can fail, typed after the API's error codes.
+
+use chainstore_model::EventId;
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientError {
+    /// 409 `not_head`: `prev_event_id` is not the head.
+    #[error("not the head: expected {expected:?}, got {got:?}")]
+    NotHead {
+        /// The current head (`None`: the execution is empty).
+        expected: Option<EventId>,
+        /// The `prev_event_id` sent.
+        got: Option<EventId>,
+    },
+    /// 409 `event_conflict`: the event id is stored with different content.
+    #[error("event conflict: {0}")]
+    EventConflict(String),
+    /// 409 `forked`: the write would fork a chain.
+    #[error("forked: {0}")]
+    Forked(String),
+    /// 400 `invalid_input`.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// 413 `too_large`.
+    #[error("too large: {0}")]
+    TooLarge(String),
+    /// 401 `unauthorized`.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// 404 `not_found`.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The cluster could not answer (503, unreachable, timeouts) after every retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The answer did not make sense (an unexpected status or body).
+    #[error("unexpected answer: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// True for the errors a retry may cure.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ClientError::Unavailable(_))
+    }
+}

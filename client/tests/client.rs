@@ -1,0 +1,350 @@
+//! The client against a real in-process three-node cluster: following the leader through a
+//! failover, retrying a lost response into `duplicate: true`, typed errors, the reconciler's two
+//! verdicts, and the comparator's coverage.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chainstore_client::{
+    AppendRequest, BoxFuture, Client, ClientError, Comparator, EventId, ExecutionId, FromLog,
+    Guarded, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
+};
+use chainstore_transport::{ReqwestTransport, Transport, TransportError};
+use common::InProcCluster;
+use serde_json::json;
+
+fn exec(s: &str) -> ExecutionId {
+    ExecutionId::new(s).unwrap()
+}
+
+fn append(id: &str, prev: Option<&str>) -> AppendRequest {
+    AppendRequest {
+        event_id: EventId::new(id).unwrap(),
+        prev_event_id: prev.map(|p| EventId::new(p).unwrap()),
+        parent_execution_id: None,
+        payload: json!({ "id": id }),
+        genesis: false,
+    }
+}
+
+fn log_events(ids: &[&str]) -> Vec<LogEvent> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| LogEvent {
+            event_id: EventId::new(*id).unwrap(),
+            prev_event_id: (i > 0).then(|| EventId::new(ids[i - 1]).unwrap()),
+            parent_execution_id: None,
+            payload: json!({ "id": id }),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_a_leader_change_without_losing_or_duplicating_appends() {
+    let mut cluster = InProcCluster::start(3).await;
+    let client = Arc::new(
+        Client::builder(cluster.urls())
+            .jitter_seed(7)
+            .build()
+            .unwrap(),
+    );
+    let acks: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let stop_at = Instant::now() + Duration::from_secs(6);
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (client, acks) = (Arc::clone(&client), Arc::clone(&acks));
+        writers.push(tokio::spawn(async move {
+            let x = exec(&format!("stream-{w}"));
+            let mut n = 1u64;
+            while Instant::now() < stop_at {
+                let id = format!("e{n}");
+                let prev = (n > 1).then(|| format!("e{}", n - 1));
+                match client.append(&x, &append(&id, prev.as_deref())).await {
+                    Ok(done) => {
+                        assert_eq!(done.exec_seq, n, "{x}/{id}");
+                        acks.lock()
+                            .unwrap()
+                            .push((x.to_string(), id, done.exec_seq));
+                        n += 1;
+                    }
+                    Err(err) => assert!(err.is_retryable(), "{x}/{id}: {err}"),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = cluster.leader().await;
+    cluster.stop(leader).await;
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acks = acks.lock().unwrap().clone();
+    assert!(acks.len() > 20, "{} acks", acks.len());
+    let mut per_exec: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for (x, id, seq) in acks {
+        per_exec.entry(x).or_default().push((id, seq));
+    }
+    for (x, acked) in per_exec {
+        let events = client
+            .chain_raw(&exec(&x), ReadOptions::default())
+            .await
+            .unwrap();
+        let ids: Vec<String> = events.iter().map(|e| e.event_id.to_string()).collect();
+        let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "{x}: no event stored twice");
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e.exec_seq, i as u64 + 1);
+        }
+        for (id, seq) in acked {
+            assert_eq!(ids[(seq - 1) as usize], id, "{x}: acked {id} at {seq}");
+        }
+    }
+}
+
+/// Delivers requests but loses the answer of the first append: the caller sees a timeout.
+struct LoseFirstAppendAnswer {
+    inner: ReqwestTransport,
+    lost: Mutex<bool>,
+}
+
+impl Transport for LoseFirstAppendAnswer {
+    fn send(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> chainstore_transport::BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
+        Box::pin(async move {
+            let is_append =
+                request.method() == http::Method::POST && request.uri().path().ends_with("/events");
+            let response = self.inner.send(request, timeout).await?;
+            let mut lost = self.lost.lock().unwrap();
+            if is_append && !*lost {
+                *lost = true;
+                return Err(TransportError::Timeout(timeout));
+            }
+            Ok(response)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_whose_answer_was_lost_is_retried_and_answers_duplicate_with_its_seq() {
+    let cluster = InProcCluster::start(3).await;
+    let transport = Arc::new(LoseFirstAppendAnswer {
+        inner: ReqwestTransport::new(Duration::from_secs(1)).unwrap(),
+        lost: Mutex::new(false),
+    });
+    let client = Client::builder(cluster.urls())
+        .transport(transport)
+        .jitter_seed(1)
+        .build()
+        .unwrap();
+    let x = exec("lossy");
+    let done = client.append(&x, &append("a", None)).await.unwrap();
+    assert_eq!(
+        (done.exec_seq, done.duplicate),
+        (1, true),
+        "the retry found the committed append"
+    );
+    let events = client.chain_raw(&x, ReadOptions::default()).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        done.commit_index, events[0].commit_index,
+        "the original commit index"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_answers_and_errors() {
+    let cluster = InProcCluster::start(3).await;
+    let client = Client::builder(cluster.urls()).build().unwrap();
+    let x = exec("typed");
+    client.append(&x, &append("e1", None)).await.unwrap();
+    client.append(&x, &append("e2", Some("e1"))).await.unwrap();
+    let err = client
+        .append(&x, &append("e3", Some("e1")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ClientError::NotHead {
+            expected: Some(EventId::new("e2").unwrap()),
+            got: Some(EventId::new("e1").unwrap())
+        }
+    );
+    let mut conflicting = append("e1", None);
+    conflicting.payload = json!("other");
+    assert!(matches!(
+        client.append(&x, &conflicting).await,
+        Err(ClientError::EventConflict(_))
+    ));
+
+    let read = client.chain(&x, ReadOptions::default()).await.unwrap();
+    assert_eq!(
+        read.answer,
+        Guarded::CannotAnswer(chainstore_client::Reason::NoCoverage)
+    );
+    let populated = exec("typed-log");
+    assert_eq!(
+        client
+            .populate(&populated, &log_events(&["a", "b"]))
+            .await
+            .unwrap(),
+        FromLog::InSync {
+            total: 2,
+            appended: 2
+        }
+    );
+    let read = client
+        .chain(&populated, ReadOptions::local())
+        .await
+        .unwrap();
+    assert!(matches!(read.answer, Guarded::Authoritative(ref events) if events.len() == 2));
+    let state = client.state(&x, ReadOptions::default()).await.unwrap();
+    assert_eq!(state.head.map(|h| h.exec_seq), Some(2));
+    assert!(state.complete);
+    assert!(client
+        .event(&x, &EventId::new("e2").unwrap(), ReadOptions::default())
+        .await
+        .unwrap()
+        .is_some());
+    assert!(client
+        .event(&x, &EventId::new("nope").unwrap(), ReadOptions::default())
+        .await
+        .unwrap()
+        .is_none());
+    let page = client
+        .changes(0, 100, ReadOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(page.changes.len(), 4);
+    let status = client.cluster().await.unwrap();
+    assert_eq!(status.voters, vec![1, 2, 3]);
+    let bad = client.replicated(&x, &[]).await.unwrap();
+    assert_eq!((bad.applied, bad.duplicates), (0, 0));
+}
+
+/// An authoritative log in memory, whose reads can be made to lag.
+#[derive(Default)]
+struct MemLog {
+    logs: Mutex<BTreeMap<String, Vec<LogEvent>>>,
+    /// Reads left that return only this many events (a stale snapshot).
+    stale: Mutex<Option<(u32, usize)>>,
+}
+
+impl LogSource for MemLog {
+    fn read_log<'a>(
+        &'a self,
+        exec: &'a ExecutionId,
+    ) -> BoxFuture<'a, Result<Vec<LogEvent>, String>> {
+        Box::pin(async move {
+            let mut log = self
+                .logs
+                .lock()
+                .unwrap()
+                .get(exec.as_str())
+                .cloned()
+                .unwrap_or_default();
+            let mut stale = self.stale.lock().unwrap();
+            if let Some((reads, len)) = *stale {
+                log.truncate(len);
+                *stale = if reads > 1 {
+                    Some((reads - 1, len))
+                } else {
+                    None
+                };
+            }
+            Ok(log)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_tells_a_stale_log_from_a_second_writer() {
+    let cluster = InProcCluster::start(3).await;
+    let client = Client::builder(cluster.urls()).build().unwrap();
+    let source = MemLog::default();
+    let mut reconciler = Reconciler::new(&client, &source);
+    reconciler.reread_pause = Duration::from_millis(20);
+
+    // Staleness: the store already holds a, b, c; the first read of the log is a stale snapshot.
+    let x = exec("stale");
+    source
+        .logs
+        .lock()
+        .unwrap()
+        .insert("stale".into(), log_events(&["a", "b", "c"]));
+    client
+        .populate(&x, &log_events(&["a", "b", "c"]))
+        .await
+        .unwrap();
+    *source.stale.lock().unwrap() = Some((1, 1));
+    let verdict = reconciler.reconcile(&x).await.unwrap();
+    assert!(
+        matches!(verdict, Verdict::Staleness { rereads: 1, .. }),
+        "{verdict:?}"
+    );
+    assert!(!verdict.is_divergence());
+
+    // A second writer: the store holds an event the log never gets.
+    let y = exec("second");
+    source
+        .logs
+        .lock()
+        .unwrap()
+        .insert("second".into(), log_events(&["a", "b"]));
+    client.populate(&y, &log_events(&["a", "b"])).await.unwrap();
+    client
+        .append(&y, &append("intruder", Some("b")))
+        .await
+        .unwrap();
+    let verdict = reconciler.reconcile(&y).await.unwrap();
+    assert_eq!(
+        verdict,
+        Verdict::SecondWriter {
+            stored_len: 3,
+            log_len: 2
+        }
+    );
+    assert!(verdict.is_divergence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_comparator_reports_coverage_dropping_when_reads_are_refused() {
+    let cluster = InProcCluster::start(3).await;
+    let client = Client::builder(cluster.urls()).build().unwrap();
+    let source = MemLog::default();
+    let execs: Vec<ExecutionId> = (0..3).map(|i| exec(&format!("cmp-{i}"))).collect();
+    for x in &execs {
+        let log = log_events(&["a", "b"]);
+        source
+            .logs
+            .lock()
+            .unwrap()
+            .insert(x.to_string(), log.clone());
+        client.populate(x, &log).await.unwrap();
+    }
+    let mut comparator = Comparator::new();
+    let first = comparator.run(&client, &source, &execs).await.unwrap();
+    assert_eq!((first.compared, first.answered, first.agreed), (3, 3, 3));
+    assert_eq!((first.coverage(), first.agreement()), (1.0, 1.0));
+
+    // A native append revokes one execution's serve-trust: agreement stays perfect, coverage drops.
+    client
+        .append(&execs[0], &append("c", Some("b")))
+        .await
+        .unwrap();
+    let second = comparator.run(&client, &source, &execs).await.unwrap();
+    assert_eq!(
+        (second.answered, second.agreed, second.disagreed),
+        (2, 2, 0)
+    );
+    assert!((second.coverage() - 2.0 / 3.0).abs() < 1e-9);
+    assert_eq!(second.agreement(), 1.0);
+    let total = comparator.cumulative();
+    assert_eq!((total.compared, total.answered), (6, 5));
+}

@@ -1,0 +1,118 @@
+//! An in-process cluster for the client's tests: real `Node`s (RocksDB in temp dirs, openraft,
+//! the axum API) serving on loopback sockets in the test's runtime. A node can be stopped (its
+//! server and Raft shut down) to force a leader change.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chainstore_node::{app, Node, NodeConfig, ReqwestTransport};
+use raft_store::{Engine, RocksEngine, RocksOptions};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const SECRET: &str = "client-test-secret";
+
+struct Running {
+    node: Arc<Node>,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<()>,
+}
+
+pub struct InProcCluster {
+    pub addrs: BTreeMap<u64, SocketAddr>,
+    running: BTreeMap<u64, Running>,
+    _dir: tempfile::TempDir,
+}
+
+impl InProcCluster {
+    pub async fn start(n: u64) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut listeners = BTreeMap::new();
+        for id in 1..=n {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            listeners.insert(id, listener);
+        }
+        let addrs: BTreeMap<u64, SocketAddr> = listeners
+            .iter()
+            .map(|(id, l)| (*id, l.local_addr().expect("addr")))
+            .collect();
+        let mut running = BTreeMap::new();
+        for (id, listener) in listeners {
+            let mut config = NodeConfig::new(id, addrs[&id].to_string(), SECRET);
+            config.raft.election_min = Duration::from_millis(600);
+            config.raft.election_max = Duration::from_millis(1200);
+            let engine =
+                RocksEngine::open(&RocksOptions::new(dir.path().join(format!("node-{id}"))))
+                    .expect("rocksdb");
+            let engine: Arc<dyn Engine> = Arc::new(engine);
+            let transport =
+                Arc::new(ReqwestTransport::new(Duration::from_secs(1)).expect("transport"));
+            let node = Node::start(config, engine, transport)
+                .await
+                .expect("start node");
+            let (stop, stopped) = oneshot::channel::<()>();
+            let router = app(Arc::clone(&node));
+            let server = tokio::spawn(async move {
+                let _ = axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+            running.insert(id, Running { node, stop, server });
+        }
+        let members = addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
+        running[&1].node.initialize(members).await.expect("init");
+        let cluster = Self {
+            addrs,
+            running,
+            _dir: dir,
+        };
+        cluster.leader().await;
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.addrs.values().map(|a| format!("http://{a}")).collect()
+    }
+
+    /// The leader, once one is elected and ready to serve writes.
+    pub async fn leader(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            for (id, r) in &self.running {
+                let m = r.node.raft_metrics();
+                let term_applied =
+                    m.last_applied.as_ref().map(|l| l.leader_id.term) == Some(m.current_term);
+                if m.current_leader == Some(*id) && term_applied {
+                    return *id;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops a node: its server closes and its Raft shuts down.
+    pub async fn stop(&mut self, id: u64) {
+        if let Some(r) = self.running.remove(&id) {
+            let _ = r.stop.send(());
+            r.node.shutdown().await;
+            let _ = r.server.await;
+        }
+    }
+}
+
+impl Drop for InProcCluster {
+    fn drop(&mut self) {
+        for (_, r) in std::mem::take(&mut self.running) {
+            let _ = r.stop.send(());
+            r.server.abort();
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! `chainstore-model`: the data model of SPEC §2–§4, shared by the store, the node and the
+//! client. No storage, no I/O: types that serialize to the JSON of the HTTP API.
+//!
+//! - `ids`: [`ExecutionId`], [`EventId`] — validated on construction and on deserialization.
+//! - `types`: events ([`ChainEvent`], [`LogEvent`], [`AppendRequest`]), per-execution records
+//!   ([`Head`], [`Watermark`], [`Coverage`]), answers ([`Guarded`], [`Reason`], [`FromLog`],
+//!   [`Completeness`]) and the error of every operation.
+//! - `order`: [`order_by_links`], a log's order decided by its links, or why it has none.
+//! - `error`: [`StorageError`], the one storage failure every operation can surface.
+
+mod error;
+mod ids;
+mod order;
+mod types;
+
+pub use error::StorageError;
+pub use ids::{validate_id, EventId, ExecutionId, InvalidId, ID_BYTES_MAX};
+pub use order::order_by_links;
+pub use types::*;
