@@ -4,7 +4,8 @@
 # the cluster status. The cluster keeps running until Ctrl-C; pass --exit to stop after the demo.
 #
 # Environment: CHAINSTORE_DEMO_PORT (first port, default 7101), CHAINSTORE_DEMO_DIR (data
-# directory, default a fresh temporary one).
+# directory, default a fresh temporary one), CHAINSTORE_NODE_BIN (a chainstore-node binary to run
+# instead of building one, for example target/release/chainstore-node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/prereqs.sh
@@ -14,10 +15,13 @@ ensure_command curl curl
 exit_after_demo=false
 [ "${1:-}" = "--exit" ] && exit_after_demo=true
 
-echo "building chainstore-node..."
-# The same build as the tests (same features), so the two share one compiled RocksDB.
-cargo build -q --workspace --tests
-bin=target/debug/chainstore-node
+bin=${CHAINSTORE_NODE_BIN:-}
+if [ -z "$bin" ]; then
+  echo "building chainstore-node..."
+  # The same build as the tests (same features), so the two share one compiled RocksDB.
+  cargo build -q --workspace --tests
+  bin=target/debug/chainstore-node
+fi
 port=${CHAINSTORE_DEMO_PORT:-7101}
 data=${CHAINSTORE_DEMO_DIR:-$(mktemp -d -t chainstore-demo.XXXXXX)}
 secret=demo-cluster-secret
