@@ -205,6 +205,49 @@ pub async fn replicated(
     .await
 }
 
+/// The parameters every read takes.
+trait ReadParams {
+    fn consistency(&self) -> Option<&str>;
+    fn min_index(&self) -> Option<u64>;
+}
+
+impl ReadParams for ReadQuery {
+    fn consistency(&self) -> Option<&str> {
+        self.consistency.as_deref()
+    }
+    fn min_index(&self) -> Option<u64> {
+        self.min_index
+    }
+}
+
+impl ReadParams for ChangesQuery {
+    fn consistency(&self) -> Option<&str> {
+        self.consistency.as_deref()
+    }
+    fn min_index(&self) -> Option<u64> {
+        self.min_index
+    }
+}
+
+/// Runs a read: decodes the query, passes the read barrier (or forwards to the leader), then
+/// answers from the store with `answer(query, applied_index)`.
+async fn read<Q, F>(node: &Arc<Node>, uri: &Uri, headers: &HeaderMap, answer: F) -> Response
+where
+    Q: serde::de::DeserializeOwned + ReadParams,
+    F: FnOnce(Q, u64) -> Result<Value, ApiError>,
+{
+    let outcome = async {
+        let query: Q = parse_query(uri)?;
+        let barrier = read_barrier(node, uri, headers, query.consistency(), query.min_index());
+        let applied_index = match barrier.await {
+            Ok(applied) => applied,
+            Err(response) => return Ok(response),
+        };
+        Ok::<_, ApiError>(Json(answer(query, applied_index)?).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
 /// `GET /v1/executions/{id}/chain` — the guarded read.
 pub async fn chain(
     State(node): State<Arc<Node>>,
@@ -212,24 +255,14 @@ pub async fn chain(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let outcome = async {
-        let exec = execution_id(&id)?;
-        let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query.consistency.as_deref(),
-            query.min_index,
-        )
-        .await
-        {
-            Ok(applied) => applied,
-            Err(response) => return Ok(response),
-        };
+    let exec = match execution_id(&id) {
+        Ok(exec) => exec,
+        Err(err) => return err.into_response(),
+    };
+    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
         let answer = node.store().chain_if_authoritative(&exec)?;
         node.metrics().record_guarded(&answer);
-        let body = match answer {
+        Ok(match answer {
             Guarded::Authoritative(events) => json!({
                 "execution_id": exec,
                 "answer": "authoritative",
@@ -242,10 +275,9 @@ pub async fn chain(
                 "reason": reason.as_str(),
                 "applied_index": applied_index,
             }),
-        };
-        Ok::<_, ApiError>(Json(body).into_response())
-    };
-    outcome.await.unwrap_or_else(IntoResponse::into_response)
+        })
+    })
+    .await
 }
 
 /// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis.
@@ -255,27 +287,15 @@ pub async fn chain_raw(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let outcome = async {
-        let exec = execution_id(&id)?;
-        let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query.consistency.as_deref(),
-            query.min_index,
-        )
-        .await
-        {
-            Ok(applied) => applied,
-            Err(response) => return Ok(response),
-        };
-        let events = node.store().chain(&exec)?;
-        Ok::<_, ApiError>(
-            Json(json!({ "events": events, "applied_index": applied_index })).into_response(),
-        )
+    let exec = match execution_id(&id) {
+        Ok(exec) => exec,
+        Err(err) => return err.into_response(),
     };
-    outcome.await.unwrap_or_else(IntoResponse::into_response)
+    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
+        let events = node.store().chain(&exec)?;
+        Ok(json!({ "events": events, "applied_index": applied_index }))
+    })
+    .await
 }
 
 /// `GET /v1/executions/{id}/state`
@@ -285,36 +305,23 @@ pub async fn state(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let outcome = async {
-        let exec = execution_id(&id)?;
-        let query: ReadQuery = parse_query(&uri)?;
-        let applied_index = match read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query.consistency.as_deref(),
-            query.min_index,
-        )
-        .await
-        {
-            Ok(applied) => applied,
-            Err(response) => return Ok(response),
-        };
-        let state = node.store().state(&exec)?;
-        Ok::<_, ApiError>(
-            Json(json!({
-                "execution_id": exec,
-                "authority": state.authority,
-                "coverage": state.coverage,
-                "head": state.head,
-                "complete": state.completeness.is_complete(),
-                "gap_at": state.completeness.gap_at(),
-                "applied_index": applied_index,
-            }))
-            .into_response(),
-        )
+    let exec = match execution_id(&id) {
+        Ok(exec) => exec,
+        Err(err) => return err.into_response(),
     };
-    outcome.await.unwrap_or_else(IntoResponse::into_response)
+    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
+        let state = node.store().state(&exec)?;
+        Ok(json!({
+            "execution_id": exec,
+            "authority": state.authority,
+            "coverage": state.coverage,
+            "head": state.head,
+            "complete": state.completeness.is_complete(),
+            "gap_at": state.completeness.gap_at(),
+            "applied_index": applied_index,
+        }))
+    })
+    .await
 }
 
 /// `GET /v1/executions/{id}/events/{event_id}`
@@ -324,55 +331,33 @@ pub async fn event(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let outcome = async {
-        let exec = execution_id(&id)?;
-        let event = event_id(&event)?;
-        let query: ReadQuery = parse_query(&uri)?;
-        if let Err(response) = read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query.consistency.as_deref(),
-            query.min_index,
-        )
-        .await
-        {
-            return Ok(response);
-        }
+    let (exec, event) = match (execution_id(&id), event_id(&event)) {
+        (Ok(exec), Ok(event)) => (exec, event),
+        (Err(err), _) | (_, Err(err)) => return err.into_response(),
+    };
+    read(&node, &uri, &headers, |_: ReadQuery, _| {
         match node.store().event(&exec, &event)? {
-            Some(found) => Ok(Json(found).into_response()),
+            Some(found) => Ok(json!(found)),
             None => Err(ApiError::NotFound(format!(
                 "execution {exec} has no event {event}"
             ))),
         }
-    };
-    outcome.await.unwrap_or_else(IntoResponse::into_response)
+    })
+    .await
 }
 
 /// `GET /v1/changes?after=N&limit=M`
 pub async fn changes(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
-    let outcome = async {
-        let query: ChangesQuery = parse_query(&uri)?;
+    let page_max = node.config().limits.changes_page_max;
+    read(&node, &uri, &headers, |query: ChangesQuery, _| {
         let limit = query.limit.unwrap_or(1_000);
-        if limit == 0 || limit > node.config().limits.changes_page_max {
+        if limit == 0 || limit > page_max {
             return Err(ApiError::InvalidInput(format!(
-                "limit must be between 1 and {}",
-                node.config().limits.changes_page_max
+                "limit must be between 1 and {page_max}"
             )));
         }
-        if let Err(response) = read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query.consistency.as_deref(),
-            query.min_index,
-        )
-        .await
-        {
-            return Ok(response);
-        }
         let page = node.store().changes(query.after.unwrap_or(0), limit)?;
-        Ok(Json(json!({ "changes": page.changes, "next": page.next })).into_response())
-    };
-    outcome.await.unwrap_or_else(IntoResponse::into_response)
+        Ok(json!({ "changes": page.changes, "next": page.next }))
+    })
+    .await
 }
