@@ -228,6 +228,29 @@ async fn typed_answers_and_errors() {
     assert_eq!((bad.applied, bad.duplicates), (0, 0));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sends_its_bearer_token() {
+    let cluster = InProcCluster::start_with_tokens(3, vec!["t0ken".into()]).await;
+    let anonymous = Client::builder(cluster.urls()).build().unwrap();
+    let err = anonymous
+        .append(&exec("auth"), &append("a", None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Unauthorized(_)), "{err:?}");
+    let client = Client::builder(cluster.urls())
+        .token("t0ken")
+        .build()
+        .unwrap();
+    assert_eq!(
+        client
+            .append(&exec("auth"), &append("a", None))
+            .await
+            .unwrap()
+            .exec_seq,
+        1
+    );
+}
+
 /// An authoritative log in memory, whose reads can be made to lag.
 #[derive(Default)]
 struct MemLog {

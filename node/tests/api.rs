@@ -552,3 +552,29 @@ async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
     let response = anonymous.get(c.url(f, "/healthz")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200, "probes need no token");
 }
+
+#[tokio::test]
+async fn a_node_without_a_leader_answers_no_leader_with_retry_after() {
+    let c = Cluster::spawn(1, Options::default()).await;
+    let (status, headers, body) = c
+        .post_raw(
+            1,
+            "/v1/executions/x/events",
+            event("a", None).to_string().into_bytes(),
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["error"], "no_leader");
+    assert_eq!(
+        headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(
+        c.get(1, "/readyz").await.0,
+        503,
+        "not ready without a leader"
+    );
+    assert_eq!(c.get(1, "/healthz").await.0, 200, "but alive");
+}

@@ -29,6 +29,11 @@ pub struct InProcCluster {
 
 impl InProcCluster {
     pub async fn start(n: u64) -> Self {
+        Self::start_with_tokens(n, Vec::new()).await
+    }
+
+    /// A cluster whose client API requires one of `tokens`.
+    pub async fn start_with_tokens(n: u64, tokens: Vec<String>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut listeners = BTreeMap::new();
         for id in 1..=n {
@@ -46,6 +51,7 @@ impl InProcCluster {
             let mut config = NodeConfig::new(id, addrs[&id].to_string(), SECRET);
             config.raft.election_min = Duration::from_millis(600);
             config.raft.election_max = Duration::from_millis(1200);
+            config.client_tokens = tokens.clone();
             let engine =
                 RocksEngine::open(&RocksOptions::new(dir.path().join(format!("node-{id}"))))
                     .expect("rocksdb");
