@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace on a fresh machine: installs what the build needs, builds
-# once, then runs the tests with cargo-nextest (or cargo test where nextest is missing).
+# Runs every test on a fresh machine: installs what the build needs, builds once, runs the
+# workspace's tests with cargo-nextest (or cargo test where nextest is missing), validates the
+# Kubernetes manifests, runs the compose cluster under failures, and the local cluster demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/prereqs.sh
@@ -10,6 +11,20 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --profile ci "$@"
 else
   cargo test --workspace "$@"
+fi
+
+# The Kubernetes manifests against the Kubernetes schemas (offline: the tool ships them).
+ensure_pip_command kubernetes-validate kubernetes-validate
+kubernetes-validate --strict --quiet deploy/k8s/*.yaml
+echo "kubernetes manifests: valid"
+
+# The compose cluster in real containers under SIGKILL, partition and restart, then a backup
+# restored into a second cluster. Needs a running Docker engine; CHAINSTORE_SKIP_DOCKER=1 skips
+# it on machines without one (CI never sets it).
+if [ "${CHAINSTORE_SKIP_DOCKER:-}" = 1 ]; then
+  echo "compose test: SKIPPED (CHAINSTORE_SKIP_DOCKER=1)"
+else
+  deploy/compose/test.sh
 fi
 
 # The README's first command must keep working: run the local cluster demo once, end to end.

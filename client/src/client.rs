@@ -21,11 +21,13 @@ use serde_json::{json, Value};
 
 use crate::error::ClientError;
 use crate::types::{
-    parse_from_log, ChangesPage, ClusterStatus, GuardedRead, ReadOptions, StateView,
+    parse_from_log, Backup, ChangesPage, ClusterStatus, GuardedRead, ReadOptions, StateView,
 };
 
 /// Header naming the leader on write answers.
 const LEADER_HEADER: &str = "x-chainstore-leader";
+/// Header naming the last log index a backup includes.
+const LAST_LOG_INDEX_HEADER: &str = "x-chainstore-last-log-index";
 
 /// How calls are retried.
 #[derive(Debug, Clone)]
@@ -288,13 +290,13 @@ impl Client {
     }
 
     /// One call with retries: transport failures and 503 answers are retried (on the next node,
-    /// after a back-off); every other answer is returned.
-    async fn call(
+    /// after a back-off); every other answer is returned, its body as raw bytes.
+    async fn call_bytes(
         &self,
         method: Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<Answer, ClientError> {
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ClientError> {
         let body = body.map(|b| Bytes::from(b.to_string()));
         if !self.shared().discovered {
             self.discover().await;
@@ -312,16 +314,8 @@ impl Client {
                 }
                 Ok((status, headers, bytes)) => {
                     self.follow_leader(&headers);
-                    let body: Value = if bytes.is_empty() {
-                        Value::Null
-                    } else {
-                        serde_json::from_slice(&bytes).map_err(|e| {
-                            ClientError::Protocol(format!(
-                                "HTTP {status} with a body that is not JSON: {e}"
-                            ))
-                        })?
-                    };
                     if status == StatusCode::SERVICE_UNAVAILABLE {
+                        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                         last_failure = format!(
                             "{}: {}",
                             self.nodes[node],
@@ -332,7 +326,7 @@ impl Client {
                         }
                         continue;
                     }
-                    return Ok(Answer { status, body });
+                    return Ok((status, headers, bytes));
                 }
             }
         }
@@ -340,6 +334,24 @@ impl Client {
             "gave up after {} attempts; last: {last_failure}",
             self.policy.attempts_max
         )))
+    }
+
+    /// [`Client::call_bytes`] with the answer's body decoded as JSON.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Answer, ClientError> {
+        let (status, _, bytes) = self.call_bytes(method, path, body).await?;
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                ClientError::Protocol(format!("HTTP {status} with a body that is not JSON: {e}"))
+            })?
+        };
+        Ok(Answer { status, body })
     }
 
     async fn call_ok(
@@ -499,6 +511,27 @@ impl Client {
     pub async fn cluster(&self) -> Result<ClusterStatus, ClientError> {
         let answer = self.call_ok(Method::GET, "/v1/cluster", None).await?;
         Self::decode(answer)
+    }
+
+    /// A consistent backup of the cluster's state, taken on the leader: the file's bytes and the
+    /// last log index they include. `chainstore-node --restore-from` seeds a new cluster from it.
+    pub async fn snapshot(&self) -> Result<Backup, ClientError> {
+        let (status, headers, bytes) = self.call_bytes(Method::GET, "/v1/snapshot", None).await?;
+        if !status.is_success() {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Err(error_from(status, &body));
+        }
+        let last_log_index = headers
+            .get(LAST_LOG_INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("the backup has no {LAST_LOG_INDEX_HEADER} header"))
+            })?;
+        Ok(Backup {
+            last_log_index,
+            data: bytes,
+        })
     }
 
     /// Every node's own view and readiness, without retries: for status tables.

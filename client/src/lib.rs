@@ -21,6 +21,6 @@ pub use consumer::{
 };
 pub use error::ClientError;
 pub use types::{
-    authoritative_events, ChangesPage, ClusterStatus, Consistency, GuardedRead, ReadOptions,
-    StateView,
+    authoritative_events, Backup, ChangesPage, ClusterStatus, Consistency, GuardedRead,
+    ReadOptions, StateView,
 };

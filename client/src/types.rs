@@ -121,6 +121,15 @@ pub struct ChangesPage {
     pub next: u64,
 }
 
+/// `GET /v1/snapshot`: a consistent backup of the cluster's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// The last log index the backup includes.
+    pub last_log_index: u64,
+    /// The backup file's bytes.
+    pub data: bytes::Bytes,
+}
+
 /// `GET /v1/cluster`: one node's view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterStatus {

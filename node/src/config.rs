@@ -14,6 +14,9 @@ pub struct Limits {
     pub raft_body_bytes_max: usize,
     /// Largest event payload accepted, as encoded JSON.
     pub payload_bytes_max: usize,
+    /// Most events one populate entry carries; a longer populate is proposed as several
+    /// entries, coverage first and watermark last.
+    pub populate_batch_events_max: usize,
     /// Requests served at once; more wait in the queue.
     pub concurrency_max: usize,
     /// Deadline of one client request, end to end.
@@ -36,6 +39,7 @@ impl Default for Limits {
             body_bytes_max: 16 << 20,
             raft_body_bytes_max: 256 << 20,
             payload_bytes_max: 1 << 20,
+            populate_batch_events_max: 1_000,
             concurrency_max: 1024,
             request_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(5),

@@ -4,6 +4,7 @@
 //!   (latches, readiness, evaluation, proposal) and read barriers.
 //! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
 //!   endpoints.
+//! - [`bootstrap`]: the automatic, once-only initialization of a deployed cluster.
 //! - [`network`]: openraft's RPCs over a [`Transport`] (reqwest in production).
 //! - [`config`], [`metrics`], [`timed`], [`latch`]: configuration, Prometheus metrics (write
 //!   timings come from a wrapper around the engine), per-execution latches.
@@ -14,6 +15,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api;
+pub mod bootstrap;
 pub mod config;
 pub mod latch;
 pub mod metrics;

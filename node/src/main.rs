@@ -8,8 +8,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use chainstore_node::bootstrap::{bootstrap, parse_voters, Bootstrapped};
 use chainstore_node::{app, Node, NodeConfig, ReqwestTransport};
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use raft_store::raft::{restore_backup, BackupError, NodeId};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use serde::Deserialize;
 
@@ -20,12 +24,15 @@ use serde::Deserialize;
     about = "Runs one chainstore cluster node."
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// TOML file with defaults for any of the options below.
     #[arg(long, env = "CHAINSTORE_CONFIG")]
     config: Option<PathBuf>,
-    /// This node's id (a positive integer, unique in the cluster).
+    /// This node's id: a positive integer unique in the cluster, or a StatefulSet pod name
+    /// ending in `-<ordinal>` (id = ordinal + 1).
     #[arg(long, env = "CHAINSTORE_ID")]
-    id: Option<u64>,
+    id: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "CHAINSTORE_LISTEN")]
     listen: Option<SocketAddr>,
@@ -67,6 +74,24 @@ struct Cli {
     /// Purge the log only when at least this many entries can go.
     #[arg(long, env = "CHAINSTORE_PURGE_BATCH_ENTRIES")]
     purge_batch_entries: Option<u64>,
+    /// The initial voters, `1=host:port,2=host:port,...`, the same on every node: the node with
+    /// the lowest id initializes the cluster once, when every listed voter is reachable and none
+    /// belongs to a cluster yet.
+    #[arg(long, env = "CHAINSTORE_BOOTSTRAP_VOTERS")]
+    bootstrap_voters: Option<String>,
+    /// A backup file (`chainctl snapshot save`) to seed this node's store from, when the store
+    /// is empty; the new cluster's voters are `--bootstrap-voters`. Ignored on a store with data.
+    #[arg(long, env = "CHAINSTORE_RESTORE_FROM")]
+    restore_from: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Exits 0 when `url` answers 200 (for container health checks: the image has no shell).
+    Probe {
+        /// For example http://127.0.0.1:7001/readyz
+        url: String,
+    },
 }
 
 /// The TOML file: the same options, all optional.
@@ -86,6 +111,8 @@ struct FileConfig {
     snapshot_after_entries: Option<u64>,
     log_entries_kept: Option<u64>,
     purge_batch_entries: Option<u64>,
+    bootstrap_voters: Option<String>,
+    restore_from: Option<PathBuf>,
 }
 
 struct Settings {
@@ -93,6 +120,26 @@ struct Settings {
     listen: SocketAddr,
     data_dir: PathBuf,
     log_format: String,
+    bootstrap_voters: Option<BTreeMap<NodeId, String>>,
+    restore_from: Option<PathBuf>,
+}
+
+/// A node id: a positive integer, or a StatefulSet pod name `name-<ordinal>` (ordinal + 1).
+fn parse_node_id(text: &str) -> Result<NodeId, String> {
+    let id = match text.parse::<u64>() {
+        Ok(id) => Some(id),
+        Err(_) => text
+            .rsplit_once('-')
+            .filter(|(name, _)| !name.is_empty())
+            .and_then(|(_, ordinal)| ordinal.parse::<u64>().ok())
+            .and_then(|ordinal| ordinal.checked_add(1)),
+    };
+    match id {
+        Some(id) if id > 0 => Ok(id),
+        _ => Err(format!(
+            "--id must be a positive integer or a pod name ending in -<ordinal>, not {text:?}"
+        )),
+    }
 }
 
 fn settings(cli: Cli) -> Result<Settings, String> {
@@ -104,9 +151,25 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?
         }
     };
-    let id = cli.id.or(file.id).ok_or("--id is required")?;
-    if id == 0 {
-        return Err("--id must be a positive integer".into());
+    let id = match (cli.id, file.id) {
+        (Some(text), _) => parse_node_id(&text)?,
+        (None, Some(id)) if id > 0 => id,
+        (None, Some(_)) => return Err("id must be a positive integer".into()),
+        (None, None) => return Err("--id is required".into()),
+    };
+    let bootstrap_voters = cli
+        .bootstrap_voters
+        .or(file.bootstrap_voters)
+        .map(|text| parse_voters(&text).map_err(|e| format!("--bootstrap-voters: {e}")))
+        .transpose()?;
+    if let Some(voters) = &bootstrap_voters {
+        if !voters.contains_key(&id) {
+            return Err(format!("--bootstrap-voters does not list this node ({id})"));
+        }
+    }
+    let restore_from = cli.restore_from.or(file.restore_from);
+    if restore_from.is_some() && bootstrap_voters.is_none() {
+        return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
     let listen = cli.listen.or(file.listen).ok_or("--listen is required")?;
     let advertise = cli
@@ -155,6 +218,8 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         listen,
         data_dir,
         log_format,
+        bootstrap_voters,
+        restore_from,
     })
 }
 
@@ -195,6 +260,22 @@ async fn run(settings: Settings) -> Result<(), String> {
         )
     })?;
     let engine: Arc<dyn Engine> = Arc::new(engine);
+    if let (Some(path), Some(voters)) = (&settings.restore_from, &settings.bootstrap_voters) {
+        let data = std::fs::read(path)
+            .map_err(|e| format!("cannot read the backup {}: {e}", path.display()))?;
+        match restore_backup(Arc::clone(&engine), settings.node.id, voters, data).await {
+            Ok(log_id) => tracing::info!(
+                backup = %path.display(),
+                last_log_index = log_id.index,
+                "restored the store from a backup"
+            ),
+            Err(BackupError::NotEmpty) => tracing::info!(
+                backup = %path.display(),
+                "the store already holds data; not restoring"
+            ),
+            Err(err) => return Err(format!("cannot restore {}: {err}", path.display())),
+        }
+    }
     let transport = ReqwestTransport::new(settings.node.limits.rpc_connect_timeout)
         .map_err(|e| e.to_string())?;
     let node = Node::start(settings.node, engine, Arc::new(transport))
@@ -204,6 +285,20 @@ async fn run(settings: Settings) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     tracing::info!(node_id = node.id(), listen = %settings.listen, "chainstore-node serving");
+    if let Some(voters) = settings.bootstrap_voters.clone() {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            match bootstrap(node, voters, Duration::from_secs(1)).await {
+                Bootstrapped::Initialized => tracing::info!("bootstrap: initialized the cluster"),
+                Bootstrapped::AlreadyMember => tracing::info!("bootstrap: already a member"),
+                Bootstrapped::PeerHasCluster(peer) => tracing::warn!(
+                    peer,
+                    "bootstrap: node {peer} already belongs to a cluster; not initializing"
+                ),
+                Bootstrapped::NotBootstrapper => {}
+            }
+        });
+    }
     let served = axum::serve(listener, app(Arc::clone(&node)))
         .with_graceful_shutdown(shutdown_signal())
         .await;
@@ -213,8 +308,49 @@ async fn run(settings: Settings) -> Result<(), String> {
     served.map_err(|e| format!("server error: {e}"))
 }
 
+/// `probe URL`: a plain HTTP/1.0 GET over a socket, 0 when the answer is 200.
+fn probe(url: &str) -> std::process::ExitCode {
+    use std::io::{Read, Write};
+    let outcome = (|| -> Result<bool, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or("only http:// URLs are probed")?;
+        let (authority, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], &rest[at..]),
+            None => (rest, "/"),
+        };
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or("the host has no address")?;
+        let timeout = Duration::from_secs(2);
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).map_err(|e| e.to_string())?;
+        Ok(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    })();
+    match outcome {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("chainstore-node probe: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    let settings = match settings(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Some(Command::Probe { url }) = &cli.command {
+        return probe(url);
+    }
+    let settings = match settings(cli) {
         Ok(settings) => settings,
         Err(message) => {
             eprintln!("chainstore-node: {message}");
@@ -238,6 +374,21 @@ fn main() -> std::process::ExitCode {
             tracing::error!("{message}");
             eprintln!("chainstore-node: {message}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_node_id;
+
+    #[test]
+    fn node_ids_are_numbers_or_pod_ordinals() {
+        assert_eq!(parse_node_id("3"), Ok(3));
+        assert_eq!(parse_node_id("chainstore-0"), Ok(1));
+        assert_eq!(parse_node_id("my-db-12"), Ok(13));
+        for bad in ["0", "", "chainstore", "chainstore-x", "-1"] {
+            assert!(parse_node_id(bad).is_err(), "{bad:?} was accepted");
         }
     }
 }

@@ -140,6 +140,7 @@ impl Node {
     ) -> Result<Arc<Node>, StartError> {
         let store_config = StoreConfig {
             payload_bytes_max: config.limits.payload_bytes_max,
+            populate_batch_events_max: config.limits.populate_batch_events_max,
             // The Raft log is the durable record; applies are synced before a purge.
             sync_writes: false,
             ..StoreConfig::default()

@@ -33,3 +33,14 @@ ensure_command() {
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$2"
 }
+
+# ensure_pip_command COMMAND PACKAGE: installs PACKAGE from PyPI (for this user) when COMMAND is
+# missing.
+ensure_pip_command() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  ensure_command python3 python3
+  python3 -m pip --version >/dev/null 2>&1 || ensure_command pip3 python3-pip
+  echo "installing $2 from PyPI" >&2
+  python3 -m pip install -q --user "$2" 2>/dev/null || python3 -m pip install -q --user --break-system-packages "$2"
+  export PATH="$HOME/.local/bin:$PATH"
+}

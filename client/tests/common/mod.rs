@@ -21,6 +21,17 @@ struct Running {
     server: JoinHandle<()>,
 }
 
+/// How a new cluster forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Formation {
+    /// Node 1 calls `initialize` with every node.
+    Initialize,
+    /// Every node runs the deployment bootstrap with the same voter list.
+    Bootstrap,
+    /// Every node's store is restored from a backup first; nothing is initialized.
+    Restore,
+}
+
 pub struct InProcCluster {
     pub addrs: BTreeMap<u64, SocketAddr>,
     running: BTreeMap<u64, Running>,
@@ -34,6 +45,11 @@ impl InProcCluster {
 
     /// A cluster whose client API requires one of `tokens`.
     pub async fn start_with_tokens(n: u64, tokens: Vec<String>) -> Self {
+        Self::form(n, tokens, Formation::Initialize, &[]).await
+    }
+
+    /// A cluster of `n` formed as `formation` says (`backup` is the file `Restore` uses).
+    pub async fn form(n: u64, tokens: Vec<String>, formation: Formation, backup: &[u8]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut listeners = BTreeMap::new();
         for id in 1..=n {
@@ -56,6 +72,12 @@ impl InProcCluster {
                 RocksEngine::open(&RocksOptions::new(dir.path().join(format!("node-{id}"))))
                     .expect("rocksdb");
             let engine: Arc<dyn Engine> = Arc::new(engine);
+            if formation == Formation::Restore {
+                let voters = addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
+                raft_store::raft::restore_backup(Arc::clone(&engine), id, &voters, backup.to_vec())
+                    .await
+                    .expect("restore");
+            }
             let transport =
                 Arc::new(ReqwestTransport::new(Duration::from_secs(1)).expect("transport"));
             let node = Node::start(config, engine, transport)
@@ -72,8 +94,30 @@ impl InProcCluster {
             });
             running.insert(id, Running { node, stop, server });
         }
-        let members = addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
-        running[&1].node.initialize(members).await.expect("init");
+        let members: BTreeMap<u64, String> =
+            addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
+        match formation {
+            Formation::Initialize => running[&1].node.initialize(members).await.expect("init"),
+            Formation::Bootstrap => {
+                let mut outcomes = Vec::new();
+                for r in running.values() {
+                    outcomes.push(tokio::spawn(chainstore_node::bootstrap::bootstrap(
+                        Arc::clone(&r.node),
+                        members.clone(),
+                        Duration::from_millis(100),
+                    )));
+                }
+                for (id, outcome) in (1..=n).zip(outcomes) {
+                    let expected = if id == 1 {
+                        chainstore_node::bootstrap::Bootstrapped::Initialized
+                    } else {
+                        chainstore_node::bootstrap::Bootstrapped::NotBootstrapper
+                    };
+                    assert_eq!(outcome.await.expect("bootstrap"), expected, "node {id}");
+                }
+            }
+            Formation::Restore => {}
+        }
         let cluster = Self {
             addrs,
             running,
@@ -81,6 +125,11 @@ impl InProcCluster {
         };
         cluster.leader().await;
         cluster
+    }
+
+    /// A running node.
+    pub fn node(&self, id: u64) -> Arc<Node> {
+        Arc::clone(&self.running[&id].node)
     }
 
     pub fn urls(&self) -> Vec<String> {

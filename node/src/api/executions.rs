@@ -20,9 +20,9 @@ use crate::node::{Consistency, Node, ReadError, WriteError};
 /// The query of every read: `consistency=linearizable|local`, `min_index=N`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReadQuery {
-    consistency: Option<String>,
-    min_index: Option<u64>,
+pub(super) struct ReadQuery {
+    pub(super) consistency: Option<String>,
+    pub(super) min_index: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,7 +79,7 @@ where
 }
 
 /// Passes the read barrier, or produces the answer to send instead (a forward, an error).
-async fn read_barrier(
+pub(super) async fn read_barrier(
     node: &Arc<Node>,
     uri: &Uri,
     headers: &HeaderMap,

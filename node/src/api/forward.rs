@@ -20,10 +20,11 @@ pub const FORWARDED_HEADER: &str = "x-chainstore-forwarded";
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
 const REQUEST_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, header::CONTENT_TYPE];
-const RESPONSE_HEADERS: [HeaderName; 3] = [
+const RESPONSE_HEADERS: [HeaderName; 4] = [
     header::CONTENT_TYPE,
     header::RETRY_AFTER,
     HeaderName::from_static(LEADER_HEADER),
+    HeaderName::from_static(super::backup::LAST_LOG_INDEX_HEADER),
 ];
 
 /// Sends the request to `leader` and relays its answer.

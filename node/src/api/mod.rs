@@ -1,5 +1,6 @@
 //! The HTTP API of SPEC §6: routes, credentials and limits at the edge.
 
+pub mod backup;
 pub mod cluster;
 pub mod error;
 pub mod executions;
@@ -40,6 +41,7 @@ pub fn app(node: Arc<Node>) -> Router {
         )
         .route("/v1/changes", get(executions::changes))
         .route("/v1/cluster", get(cluster::status))
+        .route("/v1/snapshot", get(backup::save))
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/voters", post(cluster::change_voters))

@@ -7,6 +7,12 @@
 //!   snapshots from one point-in-time scan of the state-machine range and installs them in one
 //!   batch, so a half-installed snapshot is never visible.
 //!
+//! - [`take_backup`] / [`restore_backup`]: a consistent copy of a node's state machine, and the
+//!   seeding of a new cluster's empty stores from it.
+//!
+//! - [`ChainRuntime`]: tokio for openraft, with a seedable generator for its election timeouts
+//!   (see [`seed_thread_rng`]), so a simulation replays a seed exactly.
+//!
 //! The log store and the state machine share one engine. The state machine does not sync its
 //! applies (the log is the durable record, and openraft re-applies committed entries after a
 //! restart); `LogStore::purge` syncs the engine before deleting entries, so the applied state a
@@ -15,13 +21,17 @@
 // openraft's trait methods return its `StorageError`, a large type; helpers return it too.
 #![allow(clippy::result_large_err)]
 
+mod backup;
 mod keys;
 mod log_store;
+mod runtime;
 mod snapshot;
 mod state_machine;
 mod types;
 
+pub use backup::{inspect_backup, restore_backup, take_backup, Backup, BackupError};
 pub use log_store::LogStore;
+pub use runtime::{seed_thread_rng, ChainRuntime};
 pub use state_machine::StateMachine;
 pub use types::{Command, CommandResult, Rejection, TypeConfig};
 

@@ -116,7 +116,7 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     }
 
     /// The applied log id and membership, read from stored pairs.
-    fn applied_from(
+    pub(crate) fn applied_from(
         pairs: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         let mut applied = None;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use chainstore_client::{AppendRequest, Client, EventId, ExecutionId};
+use chainstore_client::{AppendRequest, Appended, Client, EventId, ExecutionId};
 use serde_json::json;
 
 use crate::output::{print_table, Failure};
@@ -26,9 +26,16 @@ pub struct BenchArgs {
     /// Prefix of the executions written (a run id is appended).
     #[arg(long, default_value = "bench")]
     prefix: String,
+    /// Writes every acknowledged append to FILE, one JSON object per line (`execution`,
+    /// `event_id`, `prev_event_id`, `exec_seq`, `commit_index`), to check them afterwards.
+    #[arg(long)]
+    record: Option<std::path::PathBuf>,
 }
 
 struct WriterReport {
+    exec: ExecutionId,
+    /// `(event_id, prev_event_id, acknowledgement)` of every acknowledged append.
+    acked: Vec<(EventId, Option<EventId>, Appended)>,
     latencies: Vec<Duration>,
     errors: u64,
     last_error: Option<String>,
@@ -42,6 +49,8 @@ async fn writer(
     filler: Arc<String>,
 ) -> WriterReport {
     let mut report = WriterReport {
+        exec: exec.clone(),
+        acked: Vec::new(),
         latencies: Vec::new(),
         errors: 0,
         last_error: None,
@@ -66,8 +75,11 @@ async fn writer(
         };
         let started = Instant::now();
         match client.append(&exec, &request).await {
-            Ok(_) => {
+            Ok(appended) => {
                 report.latencies.push(started.elapsed());
+                report
+                    .acked
+                    .push((request.event_id, request.prev_event_id, appended));
                 n += 1;
             }
             Err(err) => {
@@ -117,15 +129,31 @@ pub async fn run(client: Arc<Client>, args: BenchArgs, json_out: bool) -> Result
     let mut latencies = Vec::new();
     let mut errors = 0;
     let mut last_error = None;
+    let mut record = String::new();
     for task in tasks {
         let report = task
             .await
             .map_err(|e| Failure::unavailable(format!("a writer failed: {e}")))?;
+        for (event_id, prev, appended) in &report.acked {
+            let line = json!({
+                "execution": report.exec.as_str(),
+                "event_id": event_id.as_str(),
+                "prev_event_id": prev.as_ref().map(EventId::as_str),
+                "exec_seq": appended.exec_seq,
+                "commit_index": appended.commit_index,
+            });
+            record.push_str(&line.to_string());
+            record.push('\n');
+        }
         latencies.extend(report.latencies);
         errors += report.errors;
         last_error = report.last_error.or(last_error);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.record {
+        std::fs::write(path, record)
+            .map_err(|e| Failure::refused(format!("cannot write {}: {e}", path.display())))?;
+    }
     latencies.sort();
     let rate = latencies.len() as f64 / elapsed;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

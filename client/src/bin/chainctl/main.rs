@@ -127,6 +127,18 @@ enum Command {
     },
     /// A load generator: appends with the head check from concurrent writers.
     Bench(bench::BenchArgs),
+    /// Backups of the cluster's state.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotCommand {
+    /// Saves a consistent backup, taken on the leader, to FILE (written whole or not at all).
+    /// Seed a new cluster from it with `chainstore-node --restore-from FILE`.
+    Save { file: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
@@ -341,7 +353,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Bench(args) => bench::run(client, args, json).await,
+        Command::Snapshot {
+            command: SnapshotCommand::Save { file },
+        } => snapshot_save(&client, &file, json).await,
     }
+}
+
+async fn snapshot_save(client: &Client, file: &std::path::Path, json: bool) -> Result<(), Failure> {
+    let backup = client.snapshot().await?;
+    let write = || -> std::io::Result<()> {
+        let mut partial = file.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let mut out = std::fs::File::create(&partial)?;
+        out.write_all(&backup.data)?;
+        out.sync_all()?;
+        std::fs::rename(&partial, file)
+    };
+    write().map_err(|e| Failure::refused(format!("cannot write {}: {e}", file.display())))?;
+    if json {
+        print_json(&json!({
+            "file": file.display().to_string(),
+            "bytes": backup.data.len(),
+            "last_log_index": backup.last_log_index,
+        }));
+    } else {
+        println!(
+            "saved {} bytes to {} (up to log index {})",
+            backup.data.len(),
+            file.display(),
+            backup.last_log_index
+        );
+    }
+    Ok(())
 }
 
 fn print_events(events: &[chainstore_client::ChainEvent]) {

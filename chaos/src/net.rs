@@ -1,0 +1,75 @@
+//! The network of a simulated node: the production axum router served by hyper over turmoil
+//! sockets, and a [`Transport`] that sends requests over turmoil sockets. With these two swaps the
+//! node and the client run unchanged.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use chainstore_transport::{BoxFuture, Transport, TransportError};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+
+/// The port every simulated node listens on.
+pub const NODE_PORT: u16 = 7000;
+
+/// Serves `router` on [`NODE_PORT`] of the current simulated host, forever.
+pub async fn serve(router: axum::Router) -> std::io::Result<()> {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", NODE_PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// HTTP over turmoil TCP: one connection per request.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimTransport;
+
+async fn exchange(request: http::Request<Bytes>) -> Result<http::Response<Bytes>, TransportError> {
+    let authority = request
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .ok_or_else(|| TransportError::Failed("the URL has no host".into()))?;
+    let stream = turmoil::net::TcpStream::connect(authority.as_str())
+        .await
+        .map_err(|e| TransportError::Unreachable(format!("{authority}: {e}")))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| TransportError::Failed(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let response = sender
+        .send_request(request.map(Full::new))
+        .await
+        .map_err(|e| TransportError::Failed(e.to_string()))?;
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(|e| TransportError::Failed(e.to_string()))?
+        .to_bytes();
+    Ok(http::Response::from_parts(parts, body))
+}
+
+impl Transport for SimTransport {
+    fn send(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, exchange(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(TransportError::Timeout(timeout)),
+            }
+        })
+    }
+}

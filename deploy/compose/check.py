@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Checks a compose cluster after a load: every acknowledged append is present where it was
+acknowledged, no chain forked, and every node holds the same state.
+
+usage: check.py ACKED_JSONL NODE_URL...
+
+ACKED_JSONL is `chainctl bench --record`'s file. Prints one summary line; exits 1 on a violation.
+"""
+
+import json
+import sys
+import urllib.request
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def main():
+    acked_path, nodes = sys.argv[1], sys.argv[2:]
+    acked = {}
+    with open(acked_path) as f:
+        for line in f:
+            if line.strip():
+                a = json.loads(line)
+                acked.setdefault(a["execution"], []).append(a)
+    violations = []
+    found = 0
+    views = {}
+    for node in nodes:
+        views[node] = {}
+        for execution in sorted(acked):
+            # Each node's own applied state, not a forwarded read.
+            answer = get(f"{node}/v1/executions/{execution}/chain?consistency=local")
+            views[node][execution] = answer.get("events")
+            if answer.get("answer") != "authoritative":
+                violations.append(f"{node}: {execution} answers {answer}")
+    reference = views[nodes[0]]
+    for execution, appends in sorted(acked.items()):
+        events = reference.get(execution) or []
+        by_id = {e["event_id"]: e for e in events}
+        # One linear chain: seqs 1..n, each event's prev the event before it.
+        for i, event in enumerate(events):
+            prev = events[i - 1]["event_id"] if i > 0 else None
+            if event["exec_seq"] != i + 1 or event.get("prev_event_id") != prev:
+                violations.append(f"{execution}: chain is not linear at {event['event_id']}")
+                break
+        for a in appends:
+            event = by_id.get(a["event_id"])
+            if event is None:
+                violations.append(f"{execution}: acknowledged {a['event_id']} is missing")
+            elif event["exec_seq"] != a["exec_seq"] or event.get("prev_event_id") != a["prev_event_id"]:
+                violations.append(
+                    f"{execution}: {a['event_id']} acknowledged at seq {a['exec_seq']}, "
+                    f"stored at {event['exec_seq']}")
+            else:
+                found += 1
+    for node in nodes[1:]:
+        for execution in sorted(acked):
+            if views[node][execution] != reference.get(execution):
+                violations.append(f"{node} and {nodes[0]} differ on {execution}")
+    applied = {node: get(f"{node}/v1/cluster")["last_applied"] for node in nodes}
+    total = sum(len(v) for v in acked.values())
+    print(f"acked appends: {total}, found: {found}, executions: {len(acked)}, "
+          f"applied index per node: {applied}")
+    if len(set(applied.values())) != 1:
+        violations.append(f"nodes applied different indexes: {applied}")
+    for v in violations[:20]:
+        print(f"VIOLATION {v}")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

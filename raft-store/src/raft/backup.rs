@@ -1,0 +1,137 @@
+//! Backups: a consistent copy of the state machine taken from a live node, and the seeding of a
+//! fresh node's storage from such a copy.
+//!
+//! A backup is the snapshot format ([`super::snapshot`]): the whole state-machine range as of one
+//! point in time, including the applied log id and the membership of the cluster it came from.
+//! Restoring writes it into an empty store as an installed snapshot whose membership is replaced
+//! by the new cluster's voters, and marks the log as purged up to the applied id, so the new
+//! cluster starts at the backup's log index (new entries get higher commit indexes than every
+//! restored event) without any `init`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+
+use super::keys;
+use super::snapshot;
+use super::{LogStore, NodeId, StateMachine};
+use crate::chain::{ChainStore, OpenError, StoreConfig};
+use crate::engine::{Engine, ScanOrder};
+
+/// A consistent copy of one node's state machine.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    /// The last log entry the copy includes.
+    pub last_log_id: LogId<NodeId>,
+    /// The encoded copy, as written to a backup file.
+    pub data: Vec<u8>,
+}
+
+/// Why a backup could not be taken or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The node has applied nothing yet: there is nothing to copy.
+    #[error("the node has applied no log entry yet")]
+    Empty,
+    /// The backup file does not decode, or holds no applied log id.
+    #[error("not a chainstore backup: {0}")]
+    Invalid(String),
+    /// The target store already holds Raft state; restoring would overwrite a live member.
+    #[error("the data directory already holds a node's state; restore needs an empty one")]
+    NotEmpty,
+    /// The voters given do not include the node being restored, or are empty.
+    #[error("{0}")]
+    BadVoters(String),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Storage failed.
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+fn storage(err: impl std::fmt::Display) -> BackupError {
+    BackupError::Storage(err.to_string())
+}
+
+/// Copies the state machine of `engine` as of now: ONE scan, so one point in time.
+pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError> {
+    let pairs = engine
+        .scan(keys::SM_START, keys::SM_END, ScanOrder::Forward, usize::MAX)
+        .map_err(storage)?;
+    let (applied, _) = StateMachine::<E>::applied_from(&pairs).map_err(storage)?;
+    let last_log_id = applied.ok_or(BackupError::Empty)?;
+    Ok(Backup {
+        last_log_id,
+        data: snapshot::encode(&pairs),
+    })
+}
+
+/// Reads the applied log id a backup file holds, checking that the whole file decodes.
+pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
+    let pairs = snapshot::decode(data).map_err(|e| BackupError::Invalid(e.to_string()))?;
+    let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
+        .map_err(|e| BackupError::Invalid(e.to_string()))?;
+    applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
+}
+
+/// Seeds the empty store on `engine` for node `node_id` from `data`, as a member of a new cluster
+/// whose voters are `voters` (id → address). Every voter of the new cluster is restored from the
+/// same file; they then elect a leader among themselves. Returns the log id the cluster resumes
+/// after.
+pub async fn restore_backup<E: Engine + ?Sized>(
+    engine: Arc<E>,
+    node_id: NodeId,
+    voters: &BTreeMap<NodeId, String>,
+    data: Vec<u8>,
+) -> Result<LogId<NodeId>, BackupError> {
+    if !voters.contains_key(&node_id) {
+        return Err(BackupError::BadVoters(format!(
+            "the voters must include this node ({node_id})"
+        )));
+    }
+    let last_log_id = inspect_backup(&data)?;
+
+    let store = Arc::new(ChainStore::open(
+        Arc::clone(&engine),
+        StoreConfig::default(),
+    )?);
+    let mut log_store = LogStore::new(Arc::clone(&engine));
+    let mut state_machine = StateMachine::new(store);
+    let log_state = log_store.get_log_state().await.map_err(storage)?;
+    let vote = log_store.read_vote().await.map_err(storage)?;
+    let (applied, _) = state_machine.applied_state().await.map_err(storage)?;
+    if log_state.last_log_id.is_some() || vote.is_some() || applied.is_some() {
+        return Err(BackupError::NotEmpty);
+    }
+
+    let ids: BTreeSet<NodeId> = voters.keys().copied().collect();
+    let nodes: BTreeMap<NodeId, BasicNode> = voters
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    let membership = Membership::new(vec![ids], nodes);
+    let meta = SnapshotMeta {
+        last_log_id: Some(last_log_id),
+        last_membership: StoredMembership::new(Some(last_log_id), membership),
+        snapshot_id: format!("restored-{}", last_log_id.index),
+    };
+    state_machine
+        .install_snapshot(&meta, Box::new(Cursor::new(data)))
+        .await
+        .map_err(storage)?;
+    // The log resumes after the backup's last entry. The vote carries the backup's term, so the
+    // first election of the new cluster runs in a later term than every restored entry.
+    log_store.purge(last_log_id).await.map_err(storage)?;
+    log_store
+        .save_vote(&Vote::new(last_log_id.leader_id.term, node_id))
+        .await
+        .map_err(storage)?;
+    engine.sync().map_err(storage)?;
+    // The copy carries its own format record: refuse one this build cannot read.
+    ChainStore::open(Arc::clone(&engine), StoreConfig::default())?;
+    Ok(last_log_id)
+}
