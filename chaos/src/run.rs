@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -146,8 +147,31 @@ impl Cluster {
 
 const BASE_LATENCY_MAX: Duration = Duration::from_millis(5);
 
+thread_local! {
+    /// The first panic of the run on this thread, with its location: a host's panic reaches
+    /// `Sim::step` only as "a spawned task panicked".
+    static FIRST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn record_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            FIRST_PANIC.with(|first| {
+                if let Ok(mut first) = first.try_borrow_mut() {
+                    first.get_or_insert_with(|| info.to_string());
+                }
+            });
+            previous(info);
+        }));
+    });
+    FIRST_PANIC.with(|first| *first.borrow_mut() = None);
+}
+
 /// Runs one seed to the end and reports what it found.
 pub fn run(options: SimOptions) -> Report {
+    record_panics();
     raft_store::raft::seed_thread_rng(options.seed);
     let mut rng = SimRng::new(options.seed);
     let mut sim = turmoil::Builder::new()
@@ -251,11 +275,22 @@ pub fn run(options: SimOptions) -> Report {
     let mut failure: Option<String> = None;
 
     loop {
-        match sim.step() {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(err) => {
+        // A panic anywhere in a host (a node, openraft's own assertions, an actor) is a failure
+        // of the run, reported with its seed like any other.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| sim.step())) {
+            Ok(Ok(true)) => break,
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => {
                 failure = Some(format!("the simulation failed: {err}"));
+                break;
+            }
+            Err(panic) => {
+                let message = FIRST_PANIC
+                    .with(|first| first.borrow_mut().take())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic without a message".into());
+                failure = Some(format!("a host panicked at {:?}: {message}", sim.elapsed()));
                 break;
             }
         }

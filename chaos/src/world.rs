@@ -123,6 +123,28 @@ pub struct World {
 /// The handle the actors hold.
 pub type Shared = Rc<RefCell<World>>;
 
+impl World {
+    /// Records the coverage a linearizable read of the clean log execution `name` returned, and
+    /// checks it did not shrink under the same root since the last one.
+    pub fn observe_coverage(&mut self, actor: &str, name: &str, coverage: Option<Coverage>) {
+        let previous = self.logs.get(name).and_then(|m| m.last_coverage.clone());
+        if let (Some(before), Some(now)) = (&previous, &coverage) {
+            if before.root_event_id == now.root_event_id && now.total < before.total {
+                self.violation(
+                    actor,
+                    format!(
+                        "{name}: coverage shrank from {} to {} under one root",
+                        before.total, now.total
+                    ),
+                );
+            }
+        }
+        if let (Some(model), Some(now)) = (self.logs.get_mut(name), coverage) {
+            model.last_coverage = Some(now);
+        }
+    }
+}
+
 /// Milliseconds of simulated time.
 pub fn now_ms() -> u64 {
     turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)

@@ -87,7 +87,7 @@ network=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}
 
 echo "== write load: chainctl bench, 8 writers, ${load_secs}s"
 "$ctl_bin" --nodes "$(urls "$base")" --attempts 60 --timeout-ms 3000 bench \
-  --concurrency 8 --duration "$load_secs" --record "$work/acked.jsonl" --prefix compose \
+  --concurrency 8 --duration "$load_secs" --record "$work/acked.jsonl" --prefix compose --genesis \
   >"$work/bench.txt" 2>"$work/bench.err" &
 bench_pid=$!
 sleep 5

@@ -30,6 +30,10 @@ pub struct BenchArgs {
     /// `event_id`, `prev_event_id`, `exec_seq`, `commit_index`), to check them afterwards.
     #[arg(long)]
     record: Option<std::path::PathBuf>,
+    /// Declare each execution's first event `genesis`, so its chain is authoritative and the
+    /// guarded read serves it.
+    #[arg(long)]
+    genesis: bool,
 }
 
 struct WriterReport {
@@ -47,6 +51,7 @@ async fn writer(
     quota: Option<u64>,
     stop: Instant,
     filler: Arc<String>,
+    genesis: bool,
 ) -> WriterReport {
     let mut report = WriterReport {
         exec: exec.clone(),
@@ -71,7 +76,7 @@ async fn writer(
             prev_event_id: if n > 1 { id(n - 1) } else { None },
             parent_execution_id: None,
             payload: json!({ "type": "bench", "n": n, "fill": filler.as_str() }),
-            genesis: false,
+            genesis: genesis && n == 1,
         };
         let started = Instant::now();
         match client.append(&exec, &request).await {
@@ -124,6 +129,7 @@ pub async fn run(client: Arc<Client>, args: BenchArgs, json_out: bool) -> Result
             quota,
             stop,
             Arc::clone(&filler),
+            args.genesis,
         )));
     }
     let mut latencies = Vec::new();
