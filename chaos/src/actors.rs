@@ -185,7 +185,7 @@ pub async fn genesis_writer(
         let roll = rng.range(0, 100);
         let (kind, request, expected_seq) = {
             let mut w = world.borrow_mut();
-            let model = w.genesis.get_mut(&name).expect("model");
+            let model = w.genesis_model(&name);
             let acked = model.acked;
             if roll < 8 && acked >= 2 {
                 wrong += 1;
@@ -252,7 +252,7 @@ pub async fn genesis_writer(
                             ),
                         );
                     }
-                    w.genesis.get_mut(&name).expect("model").acked += 1;
+                    w.genesis_model(&name).acked += 1;
                     w.count("appends acknowledged");
                 }
                 (WriteKind::Retry, Ok(done)) => {
@@ -319,7 +319,7 @@ pub async fn populator(
         let name = rng.pick(&all).clone();
         let (log, sent_damage) = {
             let mut w = world.borrow_mut();
-            let model = w.logs.get_mut(&name).expect("model");
+            let model = w.log_model(&name);
             // The log grows by one event, or sometimes by a burst (a populate of more new events
             // than one entry carries spans several entries, which faults can interrupt).
             let growth = if rng.chance(0.15) {
@@ -400,7 +400,7 @@ pub async fn populator(
                     if (total as usize) < sent_len || total as usize > truth_len {
                         w.violation(actor, format!("{name}: in sync with total {total} for a log of {sent_len} (truth {truth_len})"));
                     }
-                    let model = w.logs.get_mut(&name).expect("model");
+                    let model = w.log_model(&name);
                     model.synced_len = model.synced_len.max(sent_len);
                     w.count("populates in sync");
                 }
@@ -473,7 +473,7 @@ pub async fn replicator(
         let name = rng.pick(&execs).clone();
         let (events, conflict) = {
             let mut w = world.borrow_mut();
-            let model = w.replicated.get_mut(&name).expect("model");
+            let model = w.replicated_model(&name);
             for _ in 0..rng.range(0, 3) {
                 let seq = model.truth.len() as u64 + 1;
                 model.truth.push(replicated_event(&name, seq));
@@ -510,11 +510,7 @@ pub async fn replicator(
             );
             match (conflict, outcome) {
                 (false, Ok(_)) => {
-                    w.replicated
-                        .get_mut(&name)
-                        .expect("model")
-                        .stored
-                        .extend(seqs);
+                    w.replicated_model(&name).stored.extend(seqs);
                     w.count("deliveries applied");
                 }
                 (true, Err(ClientError::Forked(_))) => w.count("conflicting deliveries refused"),

@@ -123,7 +123,30 @@ pub struct World {
 /// The handle the actors hold.
 pub type Shared = Rc<RefCell<World>>;
 
+// Each actor registers the models of its executions before its first operation and none is ever
+// removed, and an actor only picks names from the list it registered: a lookup cannot miss.
 impl World {
+    /// The model of the genesis execution `name`, registered by its writer.
+    pub fn genesis_model(&mut self, name: &str) -> &mut GenesisModel {
+        self.genesis
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("{name} has no genesis model"))
+    }
+
+    /// The model of the populated execution `name`, registered by the populator.
+    pub fn log_model(&mut self, name: &str) -> &mut LogModel {
+        self.logs
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("{name} has no log model"))
+    }
+
+    /// The model of the replicated execution `name`, registered by the replicator.
+    pub fn replicated_model(&mut self, name: &str) -> &mut ReplicatedModel {
+        self.replicated
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("{name} has no replicated model"))
+    }
+
     /// Records the coverage a linearizable read of the clean log execution `name` returned, and
     /// checks it did not shrink under the same root since the last one.
     pub fn observe_coverage(&mut self, actor: &str, name: &str, coverage: Option<Coverage>) {

@@ -74,6 +74,7 @@ seeds! {
 /// A few seeds nobody chose: new ground on every CI run. A failure prints its seed.
 #[test]
 fn random_seeds() {
+    // The wall clock only picks the seeds; each run is then a function of its seed alone.
     let base = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

@@ -67,6 +67,23 @@ pub enum OpenError {
     Storage(#[from] StorageError),
 }
 
+/// Refuses a copy of a store's pairs (a backup) whose format record is missing or unknown.
+pub(crate) fn check_copied_format(pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), OpenError> {
+    match pairs.iter().find(|(key, _)| key.as_slice() == keys::FORMAT) {
+        Some((_, record)) => check_format(record),
+        None => Err(OpenError::NoFormatRecord),
+    }
+}
+
+/// Refuses a format record this build cannot read.
+fn check_format(record: &[u8]) -> Result<(), OpenError> {
+    let found = codec::decode_format(record)?;
+    if found != FORMAT_VERSION {
+        return Err(OpenError::UnknownFormat { found });
+    }
+    Ok(())
+}
+
 /// The execution-partitioned chain store over an [`Engine`].
 pub struct ChainStore<E> {
     pub(crate) engine: E,
@@ -81,12 +98,7 @@ impl<E: Engine> ChainStore<E> {
     /// whose format is unknown.
     pub fn open(engine: E, config: StoreConfig) -> Result<Self, OpenError> {
         match engine.get(keys::FORMAT)? {
-            Some(bytes) => {
-                let found = codec::decode_format(&bytes)?;
-                if found != FORMAT_VERSION {
-                    return Err(OpenError::UnknownFormat { found });
-                }
-            }
+            Some(bytes) => check_format(&bytes)?,
             None => {
                 let any = engine.scan(&[], &[u8::MAX], ScanOrder::Forward, 1)?;
                 if !any.is_empty() {

@@ -18,7 +18,7 @@ use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vot
 use super::keys;
 use super::snapshot;
 use super::{LogStore, NodeId, StateMachine};
-use crate::chain::{ChainStore, OpenError, StoreConfig};
+use crate::chain::{check_copied_format, ChainStore, OpenError, StoreConfig};
 use crate::engine::{Engine, ScanOrder};
 
 /// A consistent copy of one node's state machine.
@@ -70,9 +70,11 @@ pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError
     })
 }
 
-/// Reads the applied log id a backup file holds, checking that the whole file decodes.
+/// Reads the applied log id a backup file holds, checking that the whole file decodes and that
+/// its format is one this build reads.
 pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
     let pairs = snapshot::decode(data).map_err(|e| BackupError::Invalid(e.to_string()))?;
+    check_copied_format(&pairs)?;
     let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
         .map_err(|e| BackupError::Invalid(e.to_string()))?;
     applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
@@ -131,7 +133,5 @@ pub async fn restore_backup<E: Engine + ?Sized>(
         .await
         .map_err(storage)?;
     engine.sync().map_err(storage)?;
-    // The copy carries its own format record: refuse one this build cannot read.
-    ChainStore::open(Arc::clone(&engine), StoreConfig::default())?;
     Ok(last_log_id)
 }
