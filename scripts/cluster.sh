@@ -3,6 +3,10 @@
 # demo: appends (one through a follower), a not_head rejection, guarded reads, a populate, and
 # the cluster status. The cluster keeps running until Ctrl-C; pass --exit to stop after the demo.
 #
+# The demo cluster is deliberately insecure (plaintext, no client credentials: anyone who can
+# reach 127.0.0.1 may do anything) and says so with the flags it starts the nodes with. See the
+# README's "Security" section and deploy/ for a cluster with TLS, mutual TLS and roles.
+#
 # Environment: CHAINSTORE_DEMO_PORT (first port, default 7101), CHAINSTORE_DEMO_DIR (data
 # directory, default a fresh temporary one), CHAINSTORE_NODE_BIN (a chainstore-node binary to run
 # instead of building one, for example target/release/chainstore-node).
@@ -24,7 +28,6 @@ if [ -z "$bin" ]; then
 fi
 port=${CHAINSTORE_DEMO_PORT:-7101}
 data=${CHAINSTORE_DEMO_DIR:-$(mktemp -d -t chainstore-demo.XXXXXX)}
-secret=demo-cluster-secret
 pids=()
 
 stop_cluster() {
@@ -35,8 +38,12 @@ trap stop_cluster EXIT
 
 addr() { echo "127.0.0.1:$((port + $1 - 1))"; }
 
+# A fresh secret for the peers of this run, in a file only this user can read.
+mkdir -p "$data"
+(umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$data/cluster-secret")
 for id in 1 2 3; do
-  "$bin" --id "$id" --listen "$(addr "$id")" --data-dir "$data/node-$id" --cluster-secret "$secret" \
+  "$bin" --id "$id" --listen "$(addr "$id")" --data-dir "$data/node-$id" \
+    --insecure-no-tls --insecure-no-client-auth --cluster-secret-file "$data/cluster-secret" \
     >"$data/node-$id.log" 2>&1 &
   pids+=($!)
 done

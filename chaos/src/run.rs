@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use chainstore_node::{app, Node, NodeConfig};
+use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret};
 use raft_store::MemEngine;
 
 use crate::actors;
@@ -92,10 +92,20 @@ impl Report {
     }
 }
 
-const SECRET: &str = "chaos-cluster-secret";
+/// The simulated cluster is plaintext: peers authenticate by the secret, clients need nothing.
+const SECRET: &str = "simulated-cluster-secret";
 
 fn node_config(id: u64) -> NodeConfig {
-    let mut config = NodeConfig::new(id, format!("n{id}:{}", crate::net::NODE_PORT), SECRET);
+    let secret = Secret::new(SECRET).expect("the simulation's secret passes the checks");
+    let mut config = NodeConfig::new(
+        id,
+        format!("n{id}:{}", crate::net::NODE_PORT),
+        PeerAuth::Secret(secret),
+    );
+    config.client_auth = ClientAuth {
+        insecure_no_client_auth: true,
+        ..ClientAuth::default()
+    };
     config.raft.heartbeat = Duration::from_millis(100);
     config.raft.election_min = Duration::from_millis(500);
     config.raft.election_max = Duration::from_millis(1000);

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use chainstore_model::{
     AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, LogEvent, Replicated,
 };
-use chainstore_transport::{ReqwestTransport, Transport};
+use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -53,6 +53,9 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The longest answer a client reads by default (a backup is one answer).
+pub const RESPONSE_BYTES_MAX: usize = 1 << 30;
+
 /// Builds a [`Client`].
 pub struct ClientBuilder {
     urls: Vec<String>,
@@ -60,9 +63,24 @@ pub struct ClientBuilder {
     policy: RetryPolicy,
     seed: Option<u64>,
     transport: Option<Arc<dyn Transport>>,
+    tls: TlsClientOptions,
+    response_bytes_max: usize,
 }
 
 impl ClientBuilder {
+    /// What `https://` node URLs trust (the CA; default: the system's trust store) and the
+    /// client certificate presented, if any.
+    pub fn tls(mut self, tls: TlsClientOptions) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The longest answer read (default [`RESPONSE_BYTES_MAX`]).
+    pub fn response_bytes_max(mut self, bytes: usize) -> Self {
+        self.response_bytes_max = bytes;
+        self
+    }
+
     /// Sends `Authorization: Bearer <token>` on every call.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
@@ -108,10 +126,15 @@ impl ClientBuilder {
             .collect();
         let transport = match self.transport {
             Some(t) => t,
-            None => Arc::new(
-                ReqwestTransport::new(Duration::from_secs(2))
-                    .map_err(|e| ClientError::Protocol(e.to_string()))?,
-            ),
+            None => {
+                let mut options =
+                    TransportOptions::new(Duration::from_secs(2), self.response_bytes_max);
+                options.tls = self.tls;
+                Arc::new(
+                    ReqwestTransport::new(&options)
+                        .map_err(|e| ClientError::InvalidInput(format!("TLS: {e}")))?,
+                )
+            }
         };
         // Without a seed, the jitter only has to differ between processes.
         let seed = self.seed.unwrap_or_else(|| {
@@ -173,6 +196,7 @@ fn error_from(status: StatusCode, body: &Value) -> ClientError {
         (400, _) => ClientError::InvalidInput(message),
         (413, _) => ClientError::TooLarge(message),
         (401, _) => ClientError::Unauthorized(message),
+        (403, _) => ClientError::Forbidden(message),
         (404, _) => ClientError::NotFound(message),
         (503, _) => ClientError::Unavailable(message),
         (code, error) => ClientError::Protocol(format!("HTTP {code} {error}: {message}")),
@@ -192,6 +216,8 @@ impl Client {
             policy: RetryPolicy::default(),
             seed: None,
             transport: None,
+            tls: TlsClientOptions::default(),
+            response_bytes_max: RESPONSE_BYTES_MAX,
         }
     }
 

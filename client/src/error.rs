@@ -25,9 +25,12 @@ pub enum ClientError {
     /// 413 `too_large`.
     #[error("too large: {0}")]
     TooLarge(String),
-    /// 401 `unauthorized`.
+    /// 401 `unauthorized`: no credential, or one the cluster does not know.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// 403 `forbidden`: the credential lacks the role the call needs.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// 404 `not_found`.
     #[error("not found: {0}")]
     NotFound(String),

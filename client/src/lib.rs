@@ -15,7 +15,8 @@ mod error;
 mod types;
 
 pub use chainstore_model::*;
-pub use client::{Client, ClientBuilder, RetryPolicy};
+pub use chainstore_transport::{KeyPair, TlsClientOptions};
+pub use client::{Client, ClientBuilder, RetryPolicy, RESPONSE_BYTES_MAX};
 pub use consumer::{
     BoxFuture, Comparator, Comparison, LogSource, ReconcileError, Reconciler, Verdict,
 };

@@ -135,7 +135,7 @@ impl Transport for LoseFirstAppendAnswer {
 async fn an_append_whose_answer_was_lost_is_retried_and_answers_duplicate_with_its_seq() {
     let cluster = InProcCluster::start(3).await;
     let transport = Arc::new(LoseFirstAppendAnswer {
-        inner: ReqwestTransport::new(Duration::from_secs(1)).unwrap(),
+        inner: common::transport(),
         lost: Mutex::new(false),
     });
     let client = Client::builder(cluster.urls())
@@ -230,7 +230,7 @@ async fn typed_answers_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_sends_its_bearer_token() {
-    let cluster = InProcCluster::start_with_tokens(3, vec!["t0ken".into()]).await;
+    let cluster = InProcCluster::start_with_tokens(3, vec!["t0ken-for-writers".into()]).await;
     let anonymous = Client::builder(cluster.urls()).build().unwrap();
     let err = anonymous
         .append(&exec("auth"), &append("a", None))
@@ -238,7 +238,7 @@ async fn the_client_sends_its_bearer_token() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Unauthorized(_)), "{err:?}");
     let client = Client::builder(cluster.urls())
-        .token("t0ken")
+        .token("t0ken-for-writers")
         .build()
         .unwrap();
     assert_eq!(

@@ -12,7 +12,7 @@ use chainstore_client::{
     AppendRequest, Client, EventId, ExecutionId, FromLog, Guarded, LogEvent, ReadOptions,
 };
 use chainstore_node::bootstrap::{bootstrap, Bootstrapped};
-use chainstore_node::{Node, NodeConfig, ReqwestTransport};
+use chainstore_node::{Node, NodeConfig};
 use common::{Formation, InProcCluster};
 use raft_store::raft::{restore_backup, BackupError};
 use raft_store::{Engine, MemEngine};
@@ -74,9 +74,9 @@ async fn bootstrap_forms_the_cluster_once_and_never_beside_an_existing_one() {
     // second one.
     let wiped: Arc<dyn Engine> = Arc::new(MemEngine::new());
     let fresh = Node::start(
-        NodeConfig::new(1, "127.0.0.1:1".to_string(), common::SECRET),
+        NodeConfig::new(1, "127.0.0.1:1".to_string(), common::peer_auth()),
         wiped,
-        Arc::new(ReqwestTransport::new(Duration::from_secs(1)).unwrap()),
+        Arc::new(common::transport()),
     )
     .await
     .unwrap();

@@ -2,23 +2,43 @@
 """Checks a compose cluster after a load: every acknowledged append is present where it was
 acknowledged, no chain forked, and every node holds the same state.
 
-usage: check.py ACKED_JSONL NODE_URL...
+usage: check.py [--ca CA_FILE] [--token TOKEN] ACKED_JSONL NODE_URL...
 
-ACKED_JSONL is `chainctl bench --record`'s file. Prints one summary line; exits 1 on a violation.
+ACKED_JSONL is `chainctl bench --record`'s file; CA_FILE the CA that https:// nodes' certificates
+chain to; TOKEN a bearer token with the read role. Prints one summary line; exits 1 on a
+violation.
 """
 
+import argparse
 import json
+import ssl
 import sys
 import urllib.request
 
+CONTEXT = None
+TOKEN = None
+
 
 def get(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
+    request = urllib.request.Request(url)
+    if TOKEN:
+        request.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(request, timeout=10, context=CONTEXT) as response:
         return json.load(response)
 
 
 def main():
-    acked_path, nodes = sys.argv[1], sys.argv[2:]
+    global CONTEXT, TOKEN
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ca")
+    parser.add_argument("--token")
+    parser.add_argument("acked")
+    parser.add_argument("nodes", nargs="+")
+    args = parser.parse_args()
+    if args.ca:
+        CONTEXT = ssl.create_default_context(cafile=args.ca)
+    TOKEN = args.token
+    acked_path, nodes = args.acked, args.nodes
     acked = {}
     with open(acked_path) as f:
         for line in f:

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# The compose cluster under real failures. Builds the image, brings up the three nodes of
-# docker-compose.yml, and runs a write load with `chainctl bench` while it SIGKILLs the leader's
+# The compose cluster under real failures, with TLS on every connection and mutual TLS between
+# the nodes (certificates and tokens from deploy/tls/gen-certs.sh). Builds the image, brings up
+# the three nodes of docker-compose.yml, and runs a write load with `chainctl bench` while it
+# SIGKILLs the leader's
 # container, disconnects a follower from the network and reconnects it, and restarts a node.
 # Then it checks that every acknowledged append is present, no chain forked, and the three nodes
-# hold the same state; saves a backup with `chainctl snapshot save`, seeds a second cluster from
-# it (restore.yml) and checks the acknowledged appends there too. Everything it started is torn
-# down on exit, failure included.
+# hold the same state; saves a backup with `chainctl snapshot save` (as an admin client
+# certificate), seeds a second cluster from it (restore.yml) and checks the acknowledged appends
+# there too. Everything it started is torn down on exit, failure included.
 #
 # Environment: CHAINSTORE_TEST_PORT (first of six host ports, default 17301),
-# CHAINSTORE_SKIP_IMAGE_BUILD=1 (use an image already built), CHAINSTORE_LOAD_SECS (default 40).
+# CHAINSTORE_SKIP_IMAGE_BUILD=1 (use an image already built), CHAINSTORE_LOAD_SECS (default 40),
+# CHAINSTORE_IMAGE_PROFILE (release, the default, or debug: see deploy/docker/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/prereqs.sh
 ensure_command curl curl
 ensure_command python3 python3
+ensure_command openssl openssl
 
 compose() {
   if docker compose version >/dev/null 2>&1; then docker compose "$@"; else docker-compose "$@"; fi
@@ -21,7 +25,7 @@ compose() {
 
 export CHAINSTORE_IMAGE=${CHAINSTORE_IMAGE:-chainstore:test}
 [ "${CHAINSTORE_SKIP_IMAGE_BUILD:-}" = 1 ] || deploy/docker/build.sh
-ctl_bin=target/release/chainctl
+ctl_bin=target/${CHAINSTORE_IMAGE_PROFILE:-release}/chainctl
 load_secs=${CHAINSTORE_LOAD_SECS:-40}
 base=${CHAINSTORE_TEST_PORT:-17301}
 file=deploy/compose/docker-compose.yml
@@ -30,8 +34,15 @@ restored=chainstore-restored-$$
 
 work=$(mktemp -d -t chainstore-compose.XXXXXX)
 chmod 755 "$work"
-export CHAINSTORE_ENV_FILE=$work/chainstore.env
-echo "CHAINSTORE_CLUSTER_SECRET=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" >"$CHAINSTORE_ENV_FILE"
+deploy/tls/gen-certs.sh "$work/tls" n1 n2 n3 >/dev/null
+export CHAINSTORE_TLS_DIR=$work/tls
+ca=$work/tls/ca.crt
+token() { grep "^$1:" "$work/tls/tokens" | cut -d: -f2; }
+read_token=$(token read)
+write_token=$(token write)
+# The nodes run as uid 10001 and must read their keys; this script (root, or the files' owner)
+# still can.
+if [ "$(id -u)" = 0 ]; then chown -R 10001:10001 "$work/tls"; else chmod 0644 "$work"/tls/*.key "$work/tls/tokens"; fi
 bench_pid=
 
 cleanup() {
@@ -69,12 +80,14 @@ up() {
   return 1
 }
 container() { compose -p "$1" -f "$file" ps -q "$2"; }
-urls() { echo "http://127.0.0.1:$1,http://127.0.0.1:$(($1 + 1)),http://127.0.0.1:$(($1 + 2))"; }
-node_url() { echo "http://127.0.0.1:$((base + $1 - 1))"; }
+urls() { echo "https://127.0.0.1:$1,https://127.0.0.1:$(($1 + 1)),https://127.0.0.1:$(($1 + 2))"; }
+node_url() { echo "https://127.0.0.1:$((base + $1 - 1))"; }
+get() { curl -sf --max-time "${2:-2}" --cacert "$ca" -H "authorization: Bearer $read_token" "$1"; }
+ctl() { "$ctl_bin" --ca-file "$ca" "$@"; }
 leader_of() { # the leader id as some node reports it, or empty
   for id in 1 2 3; do
     local l
-    l=$(curl -sf --max-time 2 "$(node_url "$id")/v1/cluster" |
+    l=$(get "$(node_url "$id")/v1/cluster" |
       python3 -c 'import json,sys; l=json.load(sys.stdin)["leader_id"]; print(l if l else "")' 2>/dev/null) || continue
     [ -n "$l" ] && { echo "$l"; return; }
   done
@@ -86,7 +99,7 @@ up "$project" "$base"
 network=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$(container "$project" n1)")
 
 echo "== write load: chainctl bench, 8 writers, ${load_secs}s"
-"$ctl_bin" --nodes "$(urls "$base")" --attempts 60 --timeout-ms 3000 bench \
+CHAINCTL_TOKEN=$write_token ctl --nodes "$(urls "$base")" --attempts 60 --timeout-ms 3000 bench \
   --concurrency 8 --duration "$load_secs" --record "$work/acked.jsonl" --prefix compose --genesis \
   >"$work/bench.txt" 2>"$work/bench.err" &
 bench_pid=$!
@@ -101,7 +114,7 @@ failover_ms=
 while [ $(($(now_ms) - killed_at)) -lt 30000 ]; do
   for id in 1 2 3; do
     [ "$id" = "$leader" ] && continue
-    new=$(curl -sf --max-time 1 "$(node_url "$id")/readyz" |
+    new=$(curl -sf --max-time 1 --cacert "$ca" "$(node_url "$id")/readyz" |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["leader_id"] or "")' 2>/dev/null) || continue
     if [ -n "$new" ] && [ "$new" != "$leader" ]; then
       failover_ms=$(($(now_ms) - killed_at))
@@ -135,23 +148,42 @@ cat "$work/bench.txt"
 # Healed: all three healthy and at the same applied index (no write is in flight any more).
 up "$project" "$base"
 for _ in $(seq 60); do
-  applied=$(for id in 1 2 3; do curl -sf "$(node_url "$id")/v1/cluster" |
+  applied=$(for id in 1 2 3; do get "$(node_url "$id")/v1/cluster" 10 |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["last_applied"])'; done | sort -u | wc -l)
   [ "$applied" = 1 ] && break
   sleep 1
 done
 echo "== checks"
-python3 deploy/compose/check.py "$work/acked.jsonl" "$(node_url 1)" "$(node_url 2)" "$(node_url 3)"
+check() { python3 deploy/compose/check.py --ca "$ca" --token "$read_token" "$work/acked.jsonl" "$@"; }
+check "$(node_url 1)" "$(node_url 2)" "$(node_url 3)"
 echo "   failover after the leader kill: ${failover_ms} ms"
 
 echo "== backup: chainctl snapshot save, then a new cluster restored from it"
-"$ctl_bin" --nodes "$(urls "$base")" snapshot save "$work/backup.snap"
+ctl --cert "$work/tls/client-admin.crt" --key "$work/tls/client-admin.key" \
+  --nodes "$(urls "$base")" snapshot save "$work/backup.snap"
 chmod 644 "$work/backup.snap"
 restored_base=$((base + 3))
 CHAINSTORE_BACKUP_DIR=$work CHAINSTORE_BACKUP_FILE=backup.snap \
   up "$restored" "$restored_base" -f deploy/compose/restore.yml
-python3 deploy/compose/check.py "$work/acked.jsonl" \
-  "http://127.0.0.1:$restored_base" "http://127.0.0.1:$((restored_base + 1))" "http://127.0.0.1:$((restored_base + 2))"
-"$ctl_bin" --nodes "$(urls "$restored_base")" append after-restore first --genesis >/dev/null
+check "https://127.0.0.1:$restored_base" "https://127.0.0.1:$((restored_base + 1))" \
+  "https://127.0.0.1:$((restored_base + 2))"
+CHAINCTL_TOKEN=$write_token ctl --nodes "$(urls "$restored_base")" append after-restore first --genesis >/dev/null
 echo "   the restored cluster accepts new appends"
+echo "== security: plaintext, no credential, a read token writing, a certificate of another CA"
+url=$(node_url 1)
+if curl -s --max-time 2 "http://127.0.0.1:$base/healthz" | grep -q ok; then
+  echo "a node answered plaintext HTTP" >&2; exit 1
+fi
+status=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" "$url/v1/cluster")
+[ "$status" = 401 ] || { echo "no credential: HTTP $status, not 401" >&2; exit 1; }
+status=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$ca" -H "authorization: Bearer $read_token" \
+  -H 'content-type: application/json' -d '{"event_id": "x", "prev_event_id": null, "payload": {}}' \
+  "$url/v1/executions/sec/events")
+[ "$status" = 403 ] || { echo "a read token writing: HTTP $status, not 403" >&2; exit 1; }
+deploy/tls/gen-certs.sh "$work/other" n1 n2 >/dev/null
+if curl -s --max-time 2 --cacert "$ca" --cert "$work/other/node-2.crt" --key "$work/other/node-2.key" \
+  -H 'content-type: application/json' -d '{}' "$url/raft/vote" >/dev/null; then
+  echo "a certificate of another CA reached /raft/vote" >&2; exit 1
+fi
+echo "   plaintext refused, 401 without a credential, 403 for a read token's write, other CA refused"
 echo "compose test: ok"

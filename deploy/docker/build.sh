@@ -2,16 +2,23 @@
 # Builds the chainstore image from this checkout, with no registry: release binaries built here,
 # staged with the shared libraries `ldd` names and a passwd entry for the non-root user.
 #
-# Environment: CHAINSTORE_IMAGE (tag, default chainstore:latest).
+# Environment: CHAINSTORE_IMAGE (tag, default chainstore:latest); CHAINSTORE_IMAGE_PROFILE
+# (release, the default and what to ship; or debug: the binaries of the test build, whose
+# dependencies are optimised too, so that CI compiles RocksDB once).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/prereqs.sh
 ensure_build_prereqs
 tag=${CHAINSTORE_IMAGE:-chainstore:latest}
 
-echo "building release binaries..."
-cargo build -q --release --workspace --bins
-bins=(target/release/chainstore-node target/release/chainctl)
+profile=${CHAINSTORE_IMAGE_PROFILE:-release}
+case "$profile" in
+  release) echo "building release binaries..."; cargo build -q --release --workspace --bins ;;
+  # The same build as the tests (same features), so that it reuses their compiled RocksDB.
+  debug) echo "building the test build's binaries..."; cargo build -q --workspace --tests ;;
+  *) echo "CHAINSTORE_IMAGE_PROFILE must be release or debug" >&2; exit 2 ;;
+esac
+bins=("target/$profile/chainstore-node" "target/$profile/chainctl")
 
 stage=$(mktemp -d -t chainstore-image.XXXXXX)
 trap 'rm -rf "$stage"' EXIT

@@ -65,16 +65,13 @@ fn is_member(node: &Node) -> bool {
         .is_some()
 }
 
-/// Asks `addr` whether it belongs to a cluster: `Some(true/false)`, or `None` when it did not
-/// answer.
-async fn peer_has_cluster(node: &Node, addr: &str) -> Option<bool> {
-    let mut request = http::Request::builder()
-        .method(http::Method::GET)
-        .uri(format!("http://{addr}/v1/cluster"));
-    if let Some(token) = node.config().client_tokens.first() {
-        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let request = request.body(Bytes::new()).ok()?;
+/// Asks node `peer` at `addr` whether it belongs to a cluster: `Some(true/false)`, or `None`
+/// when it did not answer.
+async fn peer_has_cluster(node: &Node, peer: NodeId, addr: &str) -> Option<bool> {
+    let request = node
+        .peer_request(http::Method::GET, peer, addr, "/v1/cluster")
+        .body(Bytes::new())
+        .ok()?;
     let timeout = node.config().limits.forward_timeout;
     let response = node.transport().send(request, timeout).await.ok()?;
     if !response.status().is_success() {
@@ -101,7 +98,7 @@ pub async fn bootstrap(
         }
         let mut all_fresh = true;
         for (id, addr) in voters.iter().filter(|(id, _)| **id != node.id()) {
-            match peer_has_cluster(&node, addr).await {
+            match peer_has_cluster(&node, *id, addr).await {
                 Some(true) => return Bootstrapped::PeerHasCluster(*id),
                 Some(false) => {}
                 None => all_fresh = false,

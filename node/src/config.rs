@@ -1,9 +1,11 @@
-//! The node's configuration: identity, secrets, limits and Raft timings. `main.rs` fills it from
-//! flags, environment and an optional TOML file; tests build it directly.
+//! The node's configuration: identity, credentials, limits and Raft timings. `main.rs` fills it
+//! from flags, environment and an optional TOML file; tests build it directly.
 
 use std::time::Duration;
 
 use raft_store::raft::NodeId;
+
+use crate::security::{ClientAuth, PeerAuth};
 
 /// Limits at the edge. Every one has a name and a unit.
 #[derive(Debug, Clone)]
@@ -31,6 +33,12 @@ pub struct Limits {
     pub rpc_connect_timeout: Duration,
     /// Most changes one `/v1/changes` page returns.
     pub changes_page_max: usize,
+    /// Longest answer read from a peer (a Raft RPC answer, a forwarded request's answer).
+    pub peer_response_bytes_max: usize,
+    /// How long a connection may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -47,6 +55,9 @@ impl Default for Limits {
             forward_timeout: Duration::from_secs(8),
             rpc_connect_timeout: Duration::from_secs(1),
             changes_page_max: 10_000,
+            peer_response_bytes_max: 256 << 20,
+            header_read_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -82,17 +93,17 @@ impl Default for RaftTimings {
     }
 }
 
-/// Everything a node needs to run.
+/// Everything a node needs to run. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// This node's id in the cluster.
     pub id: NodeId,
     /// The `host:port` peers and forwarding nodes use to reach this node.
     pub advertise_addr: String,
-    /// Shared secret every `/raft/*` request must carry.
-    pub cluster_secret: String,
-    /// Bearer tokens accepted on the client API; empty: no client authentication.
-    pub client_tokens: Vec<String>,
+    /// How peers authenticate to this node and it to them.
+    pub peer_auth: PeerAuth,
+    /// How clients authenticate.
+    pub client_auth: ClientAuth,
     /// Limits at the edge.
     pub limits: Limits,
     /// Raft timings.
@@ -100,17 +111,14 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// A configuration with default limits and timings.
-    pub fn new(
-        id: NodeId,
-        advertise_addr: impl Into<String>,
-        cluster_secret: impl Into<String>,
-    ) -> Self {
+    /// A configuration with default limits and timings and no client credential (so no client
+    /// is admitted until `client_auth` says how).
+    pub fn new(id: NodeId, advertise_addr: impl Into<String>, peer_auth: PeerAuth) -> Self {
         Self {
             id,
             advertise_addr: advertise_addr.into(),
-            cluster_secret: cluster_secret.into(),
-            client_tokens: Vec::new(),
+            peer_auth,
+            client_auth: ClientAuth::default(),
             limits: Limits::default(),
             raft: RaftTimings::default(),
         }
@@ -139,5 +147,24 @@ impl NodeConfig {
             ..Default::default()
         };
         config.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::{Role, Secret, Tokens};
+
+    #[test]
+    fn debug_output_never_shows_a_secret() {
+        let secret = "the-cluster-secret-itself";
+        let token = "the-admin-token-itself";
+        let mut config =
+            NodeConfig::new(1, "n1:7001", PeerAuth::Secret(Secret::new(secret).unwrap()));
+        config.client_auth.tokens = Tokens::from_pairs([(Role::Admin, token)]).unwrap();
+        let debug = format!("{config:?} {config:#?}");
+        assert!(!debug.contains(secret), "{debug}");
+        assert!(!debug.contains(token), "{debug}");
+        assert!(debug.contains("<redacted>"));
     }
 }

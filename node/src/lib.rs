@@ -5,7 +5,12 @@
 //! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
 //!   endpoints.
 //! - [`bootstrap`]: the automatic, once-only initialization of a deployed cluster.
-//! - [`network`]: openraft's RPCs over a [`Transport`] (reqwest in production).
+//! - [`network`]: openraft's RPCs over a [`Transport`] (reqwest in production), with this
+//!   node's peer credential.
+//! - [`security`]: secrets, client tokens and roles, how peers and clients authenticate;
+//!   [`api::auth`] applies them per route.
+//! - [`server`]: the accept loop (TCP, TLS, HTTP/1.1); [`tls`]: the node's certificates,
+//!   reloaded without a restart.
 //! - [`config`], [`metrics`], [`timed`], [`latch`]: configuration, Prometheus metrics (write
 //!   timings come from a wrapper around the engine), per-execution latches.
 //!
@@ -22,9 +27,15 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod raft_api;
+pub mod security;
+pub mod server;
 pub mod timed;
+pub mod tls;
 
 pub use api::app;
-pub use chainstore_transport::{ReqwestTransport, Transport, TransportError};
+pub use chainstore_transport::{
+    ReqwestTransport, Role, Transport, TransportError, TransportOptions,
+};
 pub use config::{Limits, NodeConfig, RaftTimings};
 pub use node::{Consistency, Leader, Node, StartError};
+pub use security::{ClientAuth, PeerAuth, Secret, Tokens};

@@ -3,15 +3,21 @@
 //! Configuration comes from flags, then environment variables (`CHAINSTORE_*`), then an optional
 //! TOML file (`--config`), in that order of precedence.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::collections::BTreeMap;
-
 use chainstore_node::bootstrap::{bootstrap, parse_voters, Bootstrapped};
-use chainstore_node::{app, Node, NodeConfig, ReqwestTransport};
+use chainstore_node::server::{serve, ServeOptions};
+use chainstore_node::tls::{NodeTls, Reloaded, TlsFiles};
+use chainstore_node::{
+    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens, Transport,
+    TransportOptions,
+};
+use chainstore_transport::tls::TlsClientOptions;
+use chainstore_transport::ServerCheck;
 use clap::{Parser, Subcommand};
 use raft_store::raft::{restore_backup, BackupError, NodeId};
 use raft_store::{Engine, RocksEngine, RocksOptions};
@@ -42,17 +48,34 @@ struct Cli {
     /// Directory of the RocksDB database.
     #[arg(long, env = "CHAINSTORE_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Shared secret of the cluster's Raft RPCs.
-    #[arg(long, env = "CHAINSTORE_CLUSTER_SECRET", hide_env_values = true)]
-    cluster_secret: Option<String>,
-    /// Comma-separated bearer tokens accepted on the client API (none: no client auth).
-    #[arg(
-        long,
-        env = "CHAINSTORE_CLIENT_TOKENS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
-    client_tokens: Option<Vec<String>>,
+    /// The node's certificate chain (PEM). It must name this node: a URI SAN
+    /// `chainstore://node/<id>` (or the common name `chainstore-node-<id>`).
+    #[arg(long, env = "CHAINSTORE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "CHAINSTORE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// The CA certificates (PEM) that peers' and clients' certificates must chain to.
+    #[arg(long, env = "CHAINSTORE_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
+    /// How often the TLS files are checked for new contents, in milliseconds (SIGHUP reloads
+    /// at once).
+    #[arg(long, env = "CHAINSTORE_TLS_RELOAD_POLL_MS")]
+    tls_reload_poll_ms: Option<u64>,
+    /// Serve plaintext HTTP: peers then authenticate by the cluster secret, which crosses the
+    /// network in clear. For tests and local demos only.
+    #[arg(long, env = "CHAINSTORE_INSECURE_NO_TLS")]
+    insecure_no_tls: bool,
+    /// A file holding the cluster secret of a plaintext cluster (the environment variable
+    /// CHAINSTORE_CLUSTER_SECRET works too; there is no flag, so it never shows in `ps`).
+    #[arg(long, env = "CHAINSTORE_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// A file of client bearer tokens, one `role:token` a line (roles: read, write, admin).
+    #[arg(long, env = "CHAINSTORE_CLIENT_TOKENS_FILE")]
+    client_tokens_file: Option<PathBuf>,
+    /// Admit clients without any credential, with every role. For tests and local demos only.
+    #[arg(long, env = "CHAINSTORE_INSECURE_NO_CLIENT_AUTH")]
+    insecure_no_client_auth: bool,
     /// Log format: text or json.
     #[arg(long, env = "CHAINSTORE_LOG_FORMAT")]
     log_format: Option<String>,
@@ -88,9 +111,14 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Exits 0 when `url` answers 200 (for container health checks: the image has no shell).
+    /// Without a URL, probes this node's own `/readyz` on the port of `--listen`, over TLS when
+    /// `--tls-cert` is set (the server must present this node's certificate).
     Probe {
         /// For example http://127.0.0.1:7001/readyz
-        url: String,
+        url: Option<String>,
+        /// The CA that the server's certificate chains to (default: `--tls-client-ca`).
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
     },
 }
 
@@ -102,8 +130,14 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     advertise: Option<String>,
     data_dir: Option<PathBuf>,
-    cluster_secret: Option<String>,
-    client_tokens: Option<Vec<String>>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tls_reload_poll_ms: Option<u64>,
+    insecure_no_tls: Option<bool>,
+    cluster_secret_file: Option<PathBuf>,
+    client_tokens_file: Option<PathBuf>,
+    insecure_no_client_auth: Option<bool>,
     log_format: Option<String>,
     heartbeat_ms: Option<u64>,
     election_min_ms: Option<u64>,
@@ -117,6 +151,8 @@ struct FileConfig {
 
 struct Settings {
     node: NodeConfig,
+    tls: Option<TlsFiles>,
+    tls_reload_poll: Duration,
     listen: SocketAddr,
     data_dir: PathBuf,
     log_format: String,
@@ -180,16 +216,66 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         .data_dir
         .or(file.data_dir)
         .ok_or("--data-dir is required")?;
-    let secret = cli
-        .cluster_secret
-        .or(file.cluster_secret)
-        .ok_or("--cluster-secret is required")?;
-    if secret.len() < 8 {
-        return Err("the cluster secret must be at least 8 characters".into());
+    let tls = tls_files(
+        cli.tls_cert.or(file.tls_cert),
+        cli.tls_key.or(file.tls_key),
+        cli.tls_client_ca.or(file.tls_client_ca),
+        cli.insecure_no_tls || file.insecure_no_tls.unwrap_or(false),
+    )?;
+    let secret = cluster_secret(cli.cluster_secret_file.or(file.cluster_secret_file))?;
+    let peer_auth = match (&tls, secret) {
+        (Some(_), None) => PeerAuth::Certificate,
+        (Some(_), Some(_)) => {
+            return Err(
+                "with TLS, peers authenticate by certificate; the cluster secret is for \
+                        plaintext setups only: remove it"
+                    .into(),
+            )
+        }
+        (None, Some(secret)) => PeerAuth::Secret(
+            Secret::new(secret).map_err(|e| format!("the cluster secret is refused: {e}"))?,
+        ),
+        (None, None) => {
+            return Err(
+                "without TLS, peers authenticate by the cluster secret: set \
+                        CHAINSTORE_CLUSTER_SECRET or --cluster-secret-file"
+                    .into(),
+            )
+        }
+    };
+    let tokens = match cli.client_tokens_file.or(file.client_tokens_file) {
+        None => Tokens::default(),
+        Some(path) => Tokens::parse(&read_secret_file(&path)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+    };
+    let insecure_no_client_auth =
+        cli.insecure_no_client_auth || file.insecure_no_client_auth.unwrap_or(false);
+    if insecure_no_client_auth && !tokens.is_empty() {
+        return Err(
+            "--insecure-no-client-auth admits every client; a tokens file would do \
+                    nothing: give one or the other"
+                .into(),
+        );
     }
-    let mut node = NodeConfig::new(id, advertise, secret);
-    node.client_tokens = cli.client_tokens.or(file.client_tokens).unwrap_or_default();
-    node.client_tokens.retain(|t| !t.is_empty());
+    if tokens.is_empty() && tls.is_none() && !insecure_no_client_auth {
+        return Err(
+            "no client could authenticate: give --client-tokens-file (one role:token a \
+                    line) or TLS (clients then present certificates naming a role), or run \
+                    without client authentication on purpose with --insecure-no-client-auth"
+                .into(),
+        );
+    }
+    let mut node = NodeConfig::new(id, advertise, peer_auth);
+    node.client_auth = ClientAuth {
+        tokens,
+        insecure_no_client_auth,
+    };
+    let tls_reload_poll = Duration::from_millis(
+        cli.tls_reload_poll_ms
+            .or(file.tls_reload_poll_ms)
+            .unwrap_or(10_000)
+            .max(100),
+    );
     let timings = &mut node.raft;
     if let Some(ms) = cli.heartbeat_ms.or(file.heartbeat_ms) {
         timings.heartbeat = Duration::from_millis(ms);
@@ -215,12 +301,75 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         .unwrap_or_else(|| "text".into());
     Ok(Settings {
         node,
+        tls,
+        tls_reload_poll,
         listen,
         data_dir,
         log_format,
         bootstrap_voters,
         restore_from,
     })
+}
+
+/// The TLS files, all three or none (and then only when asked for by name).
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    insecure_no_tls: bool,
+) -> Result<Option<TlsFiles>, String> {
+    match (cert, key, client_ca, insecure_no_tls) {
+        (Some(cert), Some(key), Some(client_ca), false) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, None, None, true) => Ok(None),
+        (None, None, None, false) => Err("TLS is required: give --tls-cert, --tls-key and \
+                                          --tls-client-ca (deploy/tls/gen-certs.sh makes them), \
+                                          or serve plaintext on purpose with --insecure-no-tls"
+            .into()),
+        (_, _, _, true) => Err("--insecure-no-tls cannot be combined with TLS files".into()),
+        _ => Err("TLS needs all three of --tls-cert, --tls-key and --tls-client-ca".into()),
+    }
+}
+
+/// Reads a file holding a secret, warning when others may read it.
+fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o004 != 0 {
+            eprintln!(
+                "chainstore-node: warning: {} is readable by every user; make it 0600 or 0640",
+                path.display()
+            );
+        }
+    }
+    Ok(text)
+}
+
+/// The cluster secret: from `CHAINSTORE_CLUSTER_SECRET` or a file (not both), or none.
+fn cluster_secret(file: Option<PathBuf>) -> Result<Option<String>, String> {
+    let from_env = std::env::var("CHAINSTORE_CLUSTER_SECRET")
+        .ok()
+        .filter(|s| !s.is_empty());
+    match (from_env, file) {
+        (Some(_), Some(_)) => Err(
+            "the cluster secret comes from CHAINSTORE_CLUSTER_SECRET or --cluster-secret-file, \
+             not both"
+                .into(),
+        ),
+        (Some(secret), None) => Ok(Some(secret)),
+        (None, Some(path)) => Ok(Some(
+            read_secret_file(&path)?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        )),
+        (None, None) => Ok(None),
+    }
 }
 
 fn init_logging(format: &str) {
@@ -276,15 +425,51 @@ async fn run(settings: Settings) -> Result<(), String> {
             Err(err) => return Err(format!("cannot restore {}: {err}", path.display())),
         }
     }
-    let transport = ReqwestTransport::new(settings.node.limits.rpc_connect_timeout)
-        .map_err(|e| e.to_string())?;
-    let node = Node::start(settings.node, engine, Arc::new(transport))
+    let limits = settings.node.limits.clone();
+    let tls = match settings.tls.clone() {
+        None => None,
+        Some(files) => Some(NodeTls::load(
+            settings.node.id,
+            files,
+            limits.rpc_connect_timeout,
+            limits.peer_response_bytes_max,
+        )?),
+    };
+    let transport: Arc<dyn Transport> = match &tls {
+        Some(tls) => tls.peer_transport(),
+        None => Arc::new(
+            ReqwestTransport::new(&TransportOptions::new(
+                limits.rpc_connect_timeout,
+                limits.peer_response_bytes_max,
+            ))
+            .map_err(|e| e.to_string())?,
+        ),
+    };
+    let node = Node::start(settings.node, engine, transport)
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(tls) = &tls {
+        node.metrics().set_tls_not_after(tls.not_after_unix());
+        let watched = Arc::clone(&node);
+        tokio::spawn(
+            Arc::clone(tls).watch(settings.tls_reload_poll, move |outcome| {
+                let metrics = watched.metrics();
+                metrics.record_tls_reload(outcome.is_ok());
+                if let Ok(Reloaded::Changed { not_after_unix }) = outcome {
+                    metrics.set_tls_not_after(*not_after_unix);
+                }
+            }),
+        );
+    }
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
-    tracing::info!(node_id = node.id(), listen = %settings.listen, "chainstore-node serving");
+    tracing::info!(
+        node_id = node.id(),
+        listen = %settings.listen,
+        tls = tls.is_some(),
+        "chainstore-node serving"
+    );
     if let Some(voters) = settings.bootstrap_voters.clone() {
         let node = Arc::clone(&node);
         tokio::spawn(async move {
@@ -299,41 +484,82 @@ async fn run(settings: Settings) -> Result<(), String> {
             }
         });
     }
-    let served = axum::serve(listener, app(Arc::clone(&node)))
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let options = ServeOptions {
+        header_read_timeout: limits.header_read_timeout,
+        tls_handshake_timeout: limits.tls_handshake_timeout,
+        shutdown_grace: limits.request_timeout,
+    };
+    serve(
+        listener,
+        app(Arc::clone(&node)),
+        tls,
+        options,
+        shutdown_signal(),
+    )
+    .await;
     tracing::info!("shutting down");
     // In-flight requests have finished; stop Raft so the log and state machine close cleanly.
     let _ = tokio::time::timeout(Duration::from_secs(5), node.shutdown()).await;
-    served.map_err(|e| format!("server error: {e}"))
+    Ok(())
 }
 
-/// `probe URL`: a plain HTTP/1.0 GET over a socket, 0 when the answer is 200.
-fn probe(url: &str) -> std::process::ExitCode {
-    use std::io::{Read, Write};
+/// `probe [URL]`: one GET, 0 when it answers 200. Without a URL, this node's own `/readyz`.
+fn probe(cli: &Cli, url: Option<&str>, ca_file: Option<&PathBuf>) -> std::process::ExitCode {
     let outcome = (|| -> Result<bool, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or("only http:// URLs are probed")?;
-        let (authority, path) = match rest.find('/') {
-            Some(at) => (&rest[..at], &rest[at..]),
-            None => (rest, "/"),
+        let id = cli.id.as_deref().map(parse_node_id).transpose()?;
+        let (url, check) = match url {
+            Some(url) => (url.to_string(), ServerCheck::Hostname),
+            None => {
+                let port = cli
+                    .listen
+                    .ok_or("probe needs a URL or --listen (CHAINSTORE_LISTEN)")?
+                    .port();
+                match (&cli.tls_cert, id) {
+                    (None, _) => (
+                        format!("http://127.0.0.1:{port}/readyz"),
+                        ServerCheck::Hostname,
+                    ),
+                    (Some(_), Some(id)) => (
+                        format!("https://127.0.0.1:{port}/readyz"),
+                        ServerCheck::Node(id),
+                    ),
+                    (Some(_), None) => {
+                        return Err("probe over TLS needs --id (CHAINSTORE_ID)".into())
+                    }
+                }
+            }
         };
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
-            .map_err(|e| e.to_string())?
-            .next()
-            .ok_or("the host has no address")?;
+        let roots_pem = match ca_file.or(cli.tls_client_ca.as_ref()) {
+            Some(path) => Some(
+                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
         let timeout = Duration::from_secs(2);
-        let mut stream =
-            std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(timeout))
+        let options = TransportOptions {
+            connect_timeout: timeout,
+            response_bytes_max: 1 << 20,
+            tls: TlsClientOptions {
+                roots_pem,
+                identity: None,
+            },
+            server_check: check,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
             .map_err(|e| e.to_string())?;
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")
-            .map_err(|e| e.to_string())?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).map_err(|e| e.to_string())?;
-        Ok(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+        runtime.block_on(async {
+            let transport = ReqwestTransport::new(&options).map_err(|e| e.to_string())?;
+            let request = http::Request::get(url)
+                .body(bytes::Bytes::new())
+                .map_err(|e| e.to_string())?;
+            let response = transport
+                .send(request, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(response.status() == http::StatusCode::OK)
+        })
     })();
     match outcome {
         Ok(true) => std::process::ExitCode::SUCCESS,
@@ -347,8 +573,8 @@ fn probe(url: &str) -> std::process::ExitCode {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Probe { url }) = &cli.command {
-        return probe(url);
+    if let Some(Command::Probe { url, ca_file }) = &cli.command {
+        return probe(&cli, url.as_deref(), ca_file.as_ref());
     }
     let settings = match settings(cli) {
         Ok(settings) => settings,

@@ -2,7 +2,7 @@
 //! missing series never reads like an older build.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use raft_store::raft::{NodeId, Rejection};
@@ -160,6 +160,8 @@ const GUARDED_OUTCOMES: &[&str] = &[
     "broken_chain",
 ];
 
+const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
+
 /// The node's metrics.
 pub struct Metrics {
     appends: Family,
@@ -167,6 +169,9 @@ pub struct Metrics {
     guarded_reads: Family,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
+    tls_reloads: Family,
+    /// When the certificate in service expires (seconds since the epoch); 0 without TLS.
+    tls_not_after_unix: AtomicI64,
 }
 
 impl Default for Metrics {
@@ -198,6 +203,13 @@ impl Default for Metrics {
                 "chainstore_apply_write_seconds",
                 "Time of one non-durable batch write (a state-machine apply).",
             ),
+            tls_reloads: Family::new(
+                "chainstore_tls_reloads_total",
+                "Reloads of changed TLS material, by outcome (error: the old material stays).",
+                "outcome",
+                TLS_RELOAD_OUTCOMES,
+            ),
+            tls_not_after_unix: AtomicI64::new(0),
         }
     }
 }
@@ -258,6 +270,17 @@ impl Metrics {
         self.apply_seconds.observe(seconds);
     }
 
+    /// Counts one reload of changed TLS material.
+    pub fn record_tls_reload(&self, ok: bool) {
+        self.tls_reloads.inc(if ok { "ok" } else { "error" });
+    }
+
+    /// Sets when the certificate in service expires.
+    pub fn set_tls_not_after(&self, not_after_unix: Option<i64>) {
+        self.tls_not_after_unix
+            .store(not_after_unix.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// The count of appends with `outcome` (for tests).
     pub fn appends(&self, outcome: &str) -> u64 {
         self.appends.get(outcome)
@@ -307,6 +330,15 @@ impl Metrics {
         self.guarded_reads.render(&mut out);
         self.sync_seconds.render(&mut out);
         self.apply_seconds.render(&mut out);
+        self.tls_reloads.render(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP chainstore_tls_certificate_not_after_seconds When the node's certificate \
+             expires, in seconds since the epoch (0 without TLS).\n\
+             # TYPE chainstore_tls_certificate_not_after_seconds gauge\n\
+             chainstore_tls_certificate_not_after_seconds {}",
+            self.tls_not_after_unix.load(Ordering::Relaxed)
+        );
         out
     }
 }

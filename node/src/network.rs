@@ -1,5 +1,5 @@
 //! The Raft network: openraft's RPCs as HTTP POSTs to `/raft/*` through a [`Transport`], each
-//! carrying the cluster secret and bounded by openraft's deadline.
+//! carrying this node's peer credential ([`PeerCredentials`]) and bounded by openraft's deadline.
 //!
 //! Append and vote travel as JSON. A snapshot chunk travels as
 //! `header_len u32 BE ++ JSON header (the request without its data) ++ raw data`, so the
@@ -21,22 +21,70 @@ use raft_store::raft::{NodeId, TypeConfig};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use chainstore_transport::{Transport, TransportError};
+use chainstore_transport::{ExpectPeer, Transport, TransportError};
 
-/// Header that carries the cluster secret on every Raft RPC.
+use crate::security::{PeerAuth, Secret};
+
+/// Header that carries the cluster secret on every peer request of a plaintext cluster.
 pub const SECRET_HEADER: &str = "x-chainstore-secret";
+
+/// How this node addresses a request to a peer: over TLS, the peer named by [`ExpectPeer`]
+/// (the transport then accepts only that peer's certificate and presents this node's); on a
+/// plaintext cluster, with the cluster secret.
+#[derive(Debug, Clone)]
+pub struct PeerCredentials {
+    secret: Option<Secret>,
+}
+
+impl PeerCredentials {
+    /// The credentials `auth` calls for.
+    pub fn new(auth: &PeerAuth) -> Self {
+        match auth {
+            PeerAuth::Certificate => Self { secret: None },
+            PeerAuth::Secret(secret) => Self {
+                secret: Some(secret.clone()),
+            },
+        }
+    }
+
+    /// A request to `peer` at `addr` (`host:port`) for `path_and_query`.
+    pub fn request(
+        &self,
+        method: http::Method,
+        peer: NodeId,
+        addr: &str,
+        path_and_query: &str,
+    ) -> http::request::Builder {
+        let scheme = if self.secret.is_some() {
+            "http"
+        } else {
+            "https"
+        };
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("{scheme}://{addr}{path_and_query}"))
+            .extension(ExpectPeer(peer));
+        if let Some(secret) = &self.secret {
+            request = request.header(SECRET_HEADER, secret.expose());
+        }
+        request
+    }
+}
 
 /// Creates one [`PeerClient`] per peer.
 #[derive(Clone)]
 pub struct Network {
     transport: Arc<dyn Transport>,
-    secret: Arc<str>,
+    credentials: PeerCredentials,
 }
 
 impl Network {
-    /// A network over `transport` that authenticates with `secret`.
-    pub fn new(transport: Arc<dyn Transport>, secret: Arc<str>) -> Self {
-        Self { transport, secret }
+    /// A network over `transport` that authenticates with `credentials`.
+    pub fn new(transport: Arc<dyn Transport>, credentials: PeerCredentials) -> Self {
+        Self {
+            transport,
+            credentials,
+        }
     }
 }
 
@@ -48,7 +96,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.addr.clone(),
             transport: Arc::clone(&self.transport),
-            secret: Arc::clone(&self.secret),
+            credentials: self.credentials.clone(),
+            last_logged: None,
         }
     }
 }
@@ -58,8 +107,14 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     transport: Arc<dyn Transport>,
-    secret: Arc<str>,
+    credentials: PeerCredentials,
+    /// When a failure to reach the peer was last logged (at most one line per
+    /// [`UNREACHABLE_LOG_INTERVAL`], however often openraft retries).
+    last_logged: Option<tokio::time::Instant>,
 }
+
+/// How often a peer that cannot be reached is logged.
+pub const UNREACHABLE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why an exchange failed before a Raft answer could be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -81,8 +136,9 @@ impl PeerClient {
         body: Bytes,
         option: &RPCOption,
     ) -> Result<Bytes, ExchangeError> {
-        let request = http::Request::post(format!("http://{}{path}", self.addr))
-            .header(SECRET_HEADER, &*self.secret)
+        let request = self
+            .credentials
+            .request(http::Method::POST, self.target, &self.addr, path)
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .body(body)?;
         let response = self.transport.send(request, option.hard_ttl()).await?;
@@ -102,7 +158,7 @@ impl PeerClient {
     /// Sends one RPC and decodes the peer's `Result`, classifying failures the way openraft's
     /// back-off expects: an unreachable peer is `Unreachable`, everything else `Network`.
     async fn call<Resp, Err>(
-        &self,
+        &mut self,
         path: &str,
         body: Bytes,
         option: &RPCOption,
@@ -111,7 +167,11 @@ impl PeerClient {
         Resp: DeserializeOwned,
         Err: std::error::Error + DeserializeOwned,
     {
-        let answer = match self.exchange(path, body, option).await {
+        let exchanged = self.exchange(path, body, option).await;
+        if let Err(err) = &exchanged {
+            self.log_failure(err);
+        }
+        let answer = match exchanged {
             Ok(answer) => answer,
             Err(ExchangeError::Transport(err @ TransportError::Unreachable(_))) => {
                 return Err(RPCError::Unreachable(Unreachable::new(&err)))
@@ -121,6 +181,20 @@ impl PeerClient {
         let decoded: Result<Resp, Err> = serde_json::from_slice(&answer)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    /// Logs a failed exchange, once per interval: an unreachable peer, a peer whose certificate
+    /// names someone else, a peer that refuses this node's credential.
+    fn log_failure(&mut self, err: &ExchangeError) {
+        let now = tokio::time::Instant::now();
+        if self
+            .last_logged
+            .is_some_and(|at| now.duration_since(at) < UNREACHABLE_LOG_INTERVAL)
+        {
+            return;
+        }
+        self.last_logged = Some(now);
+        tracing::warn!(peer = self.target, addr = %self.addr, %err, "a raft RPC to a peer failed");
     }
 }
 

@@ -25,7 +25,7 @@ use raft_store::{
 use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
-use crate::network::Network;
+use crate::network::{Network, PeerCredentials};
 use crate::timed::TimedEngine;
 use chainstore_transport::Transport;
 
@@ -127,6 +127,7 @@ pub struct Node {
     store: Arc<Store>,
     latches: Latches,
     transport: Arc<dyn Transport>,
+    peer_credentials: PeerCredentials,
     metrics: Arc<Metrics>,
 }
 
@@ -150,10 +151,8 @@ impl Node {
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
         let log_store = LogStore::new(Arc::clone(&engine));
         let state_machine = StateMachine::new(Arc::clone(&store));
-        let network = Network::new(
-            Arc::clone(&transport),
-            Arc::from(config.cluster_secret.as_str()),
-        );
+        let peer_credentials = PeerCredentials::new(&config.peer_auth);
+        let network = Network::new(Arc::clone(&transport), peer_credentials.clone());
         let raft_config = Arc::new(config.openraft_config()?);
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
@@ -164,6 +163,7 @@ impl Node {
             store,
             latches: Latches::default(),
             transport,
+            peer_credentials,
             metrics,
         }))
     }
@@ -191,6 +191,29 @@ impl Node {
     /// The transport used for Raft RPCs and forwarding.
     pub fn transport(&self) -> &Arc<dyn Transport> {
         &self.transport
+    }
+
+    /// A request to peer `peer` at `addr`, carrying this node's peer credential; send it with
+    /// [`Node::transport`].
+    pub fn peer_request(
+        &self,
+        method: http::Method,
+        peer: NodeId,
+        addr: &str,
+        path_and_query: &str,
+    ) -> http::request::Builder {
+        self.peer_credentials
+            .request(method, peer, addr, path_and_query)
+    }
+
+    /// Whether node `id` may act as a peer of this one: it is in the membership this node knows
+    /// (voters and learners of the latest configuration in its log), or this node holds no
+    /// membership yet (a fresh node learns its cluster from whoever initializes or adds it).
+    pub fn accepts_peer(&self, id: NodeId) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership.nodes().next().is_none() || membership.get_node(&id).is_some()
     }
 
     /// Outcome counters.
@@ -516,10 +539,42 @@ impl Node {
         }
     }
 
-    /// Adds a learner and waits until it has caught up with the log.
+    /// Adds a learner and waits until it has replicated the log up to the entry that added it.
+    /// A learner that cannot be reached (or whose certificate does not name it) stays a learner
+    /// and the call answers unavailable.
     pub async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), MembershipError> {
-        let change = self.raft.add_learner(id, BasicNode::new(addr), true);
-        membership_result(tokio::time::timeout(self.config.limits.request_timeout, change).await)
+        let deadline = tokio::time::Instant::now() + self.config.limits.request_timeout;
+        // openraft's own blocking wait gives up silently after a short while; this one says so.
+        let change = self.raft.add_learner(id, BasicNode::new(addr), false);
+        let added = tokio::time::timeout_at(deadline, change).await;
+        let log_id = match added {
+            Ok(Ok(response)) => response.log_id,
+            other => return membership_result(other),
+        };
+        let mut metrics = self.raft.metrics();
+        let caught_up = async {
+            loop {
+                let matched = metrics
+                    .borrow_and_update()
+                    .replication
+                    .as_ref()
+                    .and_then(|progress| progress.get(&id).cloned())
+                    .flatten();
+                if matched.is_some_and(|m| m >= log_id) {
+                    return true;
+                }
+                if metrics.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, caught_up).await {
+            Ok(true) => Ok(()),
+            _ => Err(MembershipError::Unavailable(format!(
+                "node {id} was added as a learner but has not caught up: check that it runs, is \
+                 reachable at its address, and presents a certificate naming node {id}"
+            ))),
+        }
     }
 
     /// Makes exactly `voters` the voting members (each must already be a member).

@@ -1,5 +1,5 @@
-//! `/raft/*`: the Raft RPC endpoints. Every request must carry the cluster secret; one without it
-//! is 401 and reaches nothing.
+//! `/raft/*`: the Raft RPC endpoints. Only cluster members reach them (`api::auth` refuses
+//! everyone else before a byte of the body is read).
 
 use std::sync::Arc;
 
@@ -12,30 +12,15 @@ use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use raft_store::raft::{NodeId, TypeConfig};
 
 use crate::api::error::ApiError;
-use crate::api::extract::{parse_json, read_body, secrets_equal};
-use crate::network::{decode_snapshot_chunk, SECRET_HEADER};
+use crate::api::extract::{parse_json, read_body};
+use crate::network::decode_snapshot_chunk;
 use crate::node::Node;
-
-fn authorize(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
-    let offered = headers
-        .get(SECRET_HEADER)
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    if secrets_equal(offered, node.config().cluster_secret.as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized(
-            "raft RPCs need the cluster secret".into(),
-        ))
-    }
-}
 
 async fn body_bytes(
     node: &Node,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<axum::body::Bytes, ApiError> {
-    authorize(node, headers)?;
     read_body(headers, body, node.config().limits.raft_body_bytes_max).await
 }
 

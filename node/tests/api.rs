@@ -520,12 +520,12 @@ async fn oversized_request_answer(addr: &str, len: usize) -> String {
 #[tokio::test]
 async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
     let options = Options {
-        client_tokens: vec!["s3cret-token".into()],
+        tokens: vec![("write", "s3cret-write-token-0001".into())],
         ..Options::default()
     };
     let c = Cluster::start_with(3, options).await;
     let f = c.follower().await;
-    let anonymous = reqwest::Client::new();
+    let anonymous = common::http_client(None, None, None);
     let response = anonymous
         .get(c.url(f, "/v1/executions/t/chain"))
         .send()
@@ -536,7 +536,7 @@ async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
     assert_eq!(body["error"], "unauthorized");
     let response = anonymous
         .post(c.url(f, "/v1/executions/t/events"))
-        .bearer_auth("s3cret-token")
+        .bearer_auth("s3cret-write-token-0001")
         .json(&event("a", None))
         .send()
         .await
@@ -544,7 +544,7 @@ async fn client_tokens_guard_the_client_api_and_survive_forwarding() {
     assert_eq!(response.status().as_u16(), 200, "forwarded with the token");
     let response = anonymous
         .get(c.url(f, "/v1/executions/t/chain"))
-        .bearer_auth("wrong")
+        .bearer_auth("wrong-token-of-sixteen")
         .send()
         .await
         .unwrap();

@@ -1,14 +1,31 @@
-//! `chainstore-transport`: one HTTP exchange, behind a trait.
+//! `chainstore-transport`: one HTTP exchange, behind a trait, and the TLS every exchange of the
+//! product runs over.
 //!
-//! The node's Raft RPCs and forwarded requests, and the client's requests, all go through
-//! [`Transport`], so that the simulations can swap reqwest ([`ReqwestTransport`]) for a client
-//! over simulated sockets without a second copy of the node or the client.
+//! - [`Transport`]: send one request, get the whole answer within a deadline. The node's Raft
+//!   RPCs and forwarded requests, and the client's requests, all go through it, so that the
+//!   simulations can swap reqwest for a client over simulated sockets without a second copy of
+//!   the node or the client.
+//! - [`ReqwestTransport`]: the production one. It never follows a redirect, never uses a proxy
+//!   from the environment, and never reads more of an answer than its limit.
+//! - [`PeerTransport`]: what a node with TLS uses to reach its peers: mutual TLS with the node's
+//!   own certificate, each request to a peer accepted only from a certificate naming that peer
+//!   ([`ExpectPeer`]), and new material swapped in without a restart.
+//! - [`identity`]: the identity a certificate names (a node id, or a client role).
+//! - [`tls`]: PEM material and rustls client configurations.
 
+pub mod identity;
+pub mod tls;
+
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::RwLock;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+
+pub use identity::{certificate_identity, CertificateIdentity, Identity, Role};
+pub use tls::{KeyPair, ServerCheck, TlsClientOptions, TlsError};
 
 /// A boxed future, so that `Transport` can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -16,12 +33,19 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Why a request got no HTTP response.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TransportError {
-    /// The peer could not be reached at all (connection refused, no route): nothing was sent.
+    /// The peer could not be reached at all (connection refused, no route, a TLS handshake it
+    /// failed): nothing was sent.
     #[error("peer unreachable: {0}")]
     Unreachable(String),
     /// No response within the deadline; the peer may or may not have acted on the request.
     #[error("no response within {0:?}")]
     Timeout(Duration),
+    /// The answer is longer than the transport reads.
+    #[error("the answer exceeds {limit} bytes")]
+    TooLarge {
+        /// The most the transport reads.
+        limit: usize,
+    },
     /// The exchange failed midway.
     #[error("transport failure: {0}")]
     Failed(String),
@@ -37,23 +61,65 @@ pub trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>>;
 }
 
-/// The production transport: reqwest over TCP.
+/// A request extension: the request is for cluster member `0`, and must reach nobody else.
+/// [`PeerTransport`] connects only to a server whose certificate names that node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpectPeer(pub u64);
+
+/// How a [`ReqwestTransport`] connects.
+#[derive(Debug, Clone)]
+pub struct TransportOptions {
+    /// Deadline of connection set-up (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// The longest answer read; a longer one is [`TransportError::TooLarge`].
+    pub response_bytes_max: usize,
+    /// What `https://` URLs trust and present.
+    pub tls: TlsClientOptions,
+    /// How the server's certificate is checked.
+    pub server_check: ServerCheck,
+}
+
+impl TransportOptions {
+    /// Plain options: the system's trust store, no client certificate, host names checked.
+    pub fn new(connect_timeout: Duration, response_bytes_max: usize) -> Self {
+        Self {
+            connect_timeout,
+            response_bytes_max,
+            tls: TlsClientOptions::default(),
+            server_check: ServerCheck::Hostname,
+        }
+    }
+}
+
+/// The production transport: reqwest over TCP, with rustls for `https://`.
 #[derive(Clone)]
 pub struct ReqwestTransport {
     client: reqwest::Client,
+    response_bytes_max: usize,
 }
 
 impl ReqwestTransport {
-    /// A client with bounded connection set-up and idle pooling.
-    pub fn new(connect_timeout: Duration) -> Result<Self, TransportError> {
+    /// A client with bounded connection set-up and idle pooling, no redirects and no proxies.
+    pub fn new(options: &TransportOptions) -> Result<Self, TransportError> {
+        let tls = tls::client_config(&options.tls, options.server_check)
+            .map_err(|e| TransportError::Failed(e.to_string()))?;
         let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
+            .connect_timeout(options.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(64)
             .tcp_nodelay(true)
+            // A redirect would carry the request's credentials to a host nobody vetted, and a
+            // proxy from the environment would see every request: neither is ever wanted here.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .http1_only()
+            .tls_backend_preconfigured(tls)
             .build()
             .map_err(|e| TransportError::Failed(e.to_string()))?;
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            response_bytes_max: options.response_bytes_max,
+        })
     }
 }
 
@@ -61,10 +127,23 @@ fn classify(err: reqwest::Error, timeout: Duration) -> TransportError {
     if err.is_timeout() {
         TransportError::Timeout(timeout)
     } else if err.is_connect() {
-        TransportError::Unreachable(err.to_string())
+        TransportError::Unreachable(error_chain(&err))
     } else {
-        TransportError::Failed(err.to_string())
+        TransportError::Failed(error_chain(&err))
     }
+}
+
+/// An error with its causes, so that "error sending request" says why (a refused certificate,
+/// a reset connection).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 impl Transport for ReqwestTransport {
@@ -74,9 +153,10 @@ impl Transport for ReqwestTransport {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
         Box::pin(async move {
+            let limit = self.response_bytes_max;
             let (parts, body) = request.into_parts();
             let url = parts.uri.to_string();
-            let response = self
+            let mut response = self
                 .client
                 .request(parts.method, url)
                 .headers(parts.headers)
@@ -85,14 +165,132 @@ impl Transport for ReqwestTransport {
                 .send()
                 .await
                 .map_err(|e| classify(e, timeout))?;
+            if response
+                .content_length()
+                .is_some_and(|len| len > limit as u64)
+            {
+                return Err(TransportError::TooLarge { limit });
+            }
             let mut builder = http::Response::builder().status(response.status());
             if let Some(headers) = builder.headers_mut() {
                 *headers = response.headers().clone();
             }
-            let body = response.bytes().await.map_err(|e| classify(e, timeout))?;
+            let mut body = BytesMut::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| classify(e, timeout))? {
+                if body.len() + chunk.len() > limit {
+                    return Err(TransportError::TooLarge { limit });
+                }
+                body.extend_from_slice(&chunk);
+            }
             builder
-                .body(body)
+                .body(body.freeze())
                 .map_err(|e| TransportError::Failed(e.to_string()))
         })
+    }
+}
+
+/// Distinct peers a [`PeerTransport`] keeps a client for; more are dropped and rebuilt.
+pub const PEER_CLIENTS_MAX: usize = 64;
+
+/// A node's transport to its peers over mutual TLS.
+///
+/// Every request must carry [`ExpectPeer`]: it is sent through a client that presents this
+/// node's certificate and accepts only a server certificate, from the cluster's CA, naming that
+/// peer. [`PeerTransport::reload`] replaces the material: requests after it use new clients
+/// (new connections, the new certificate); requests under way finish on the old ones.
+pub struct PeerTransport {
+    connect_timeout: Duration,
+    response_bytes_max: usize,
+    state: RwLock<PeerState>,
+}
+
+struct PeerState {
+    tls: TlsClientOptions,
+    clients: BTreeMap<u64, ReqwestTransport>,
+}
+
+impl PeerTransport {
+    /// A transport that trusts `tls.roots_pem` (the cluster's CA) and presents `tls.identity`.
+    pub fn new(
+        tls: TlsClientOptions,
+        connect_timeout: Duration,
+        response_bytes_max: usize,
+    ) -> Result<Self, TransportError> {
+        // Building one client now refuses bad material at start-up, not at the first RPC.
+        let transport = Self {
+            connect_timeout,
+            response_bytes_max,
+            state: RwLock::new(PeerState {
+                tls,
+                clients: BTreeMap::new(),
+            }),
+        };
+        transport.client_for(0)?;
+        transport.write_state().clients.clear();
+        Ok(transport)
+    }
+
+    /// Swaps in new material (after checking it builds a client).
+    pub fn reload(&self, tls: TlsClientOptions) -> Result<(), TransportError> {
+        let options = TransportOptions {
+            connect_timeout: self.connect_timeout,
+            response_bytes_max: self.response_bytes_max,
+            tls: tls.clone(),
+            server_check: ServerCheck::Node(0),
+        };
+        ReqwestTransport::new(&options)?;
+        let mut state = self.write_state();
+        state.tls = tls;
+        state.clients.clear();
+        Ok(())
+    }
+
+    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, PeerState> {
+        // Every update is a whole assignment; a poisoned lock still holds a valid state.
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn client_for(&self, peer: u64) -> Result<ReqwestTransport, TransportError> {
+        if let Some(client) = self
+            .state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clients
+            .get(&peer)
+        {
+            return Ok(client.clone());
+        }
+        let mut state = self.write_state();
+        if let Some(client) = state.clients.get(&peer) {
+            return Ok(client.clone());
+        }
+        let options = TransportOptions {
+            connect_timeout: self.connect_timeout,
+            response_bytes_max: self.response_bytes_max,
+            tls: state.tls.clone(),
+            server_check: ServerCheck::Node(peer),
+        };
+        let client = ReqwestTransport::new(&options)?;
+        if state.clients.len() >= PEER_CLIENTS_MAX {
+            state.clients.clear();
+        }
+        state.clients.insert(peer, client.clone());
+        Ok(client)
+    }
+}
+
+impl Transport for PeerTransport {
+    fn send(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
+        let client = match request.extensions().get::<ExpectPeer>() {
+            Some(ExpectPeer(peer)) => self.client_for(*peer),
+            None => Err(TransportError::Failed(
+                "a request to a peer must name the node it is for".into(),
+            )),
+        };
+        Box::pin(async move { client?.send(request, timeout).await })
     }
 }

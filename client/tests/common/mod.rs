@@ -8,12 +8,26 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_node::{app, Node, NodeConfig, ReqwestTransport};
+use chainstore_node::{
+    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Role, Secret, Tokens,
+    TransportOptions,
+};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub const SECRET: &str = "client-test-secret";
+pub const SECRET: &str = "client-test-cluster-secret";
+
+/// The plaintext peer credential of the in-process clusters.
+pub fn peer_auth() -> PeerAuth {
+    PeerAuth::Secret(Secret::new(SECRET).expect("a usable secret"))
+}
+
+/// A plain reqwest transport, as a node uses on a plaintext cluster.
+pub fn transport() -> ReqwestTransport {
+    ReqwestTransport::new(&TransportOptions::new(Duration::from_secs(1), 64 << 20))
+        .expect("transport")
+}
 
 struct Running {
     node: Arc<Node>,
@@ -43,7 +57,8 @@ impl InProcCluster {
         Self::start_with_tokens(n, Vec::new()).await
     }
 
-    /// A cluster whose client API requires one of `tokens`.
+    /// A cluster whose client API requires one of `tokens` (each with the write role); without
+    /// tokens, the API is open.
     pub async fn start_with_tokens(n: u64, tokens: Vec<String>) -> Self {
         Self::form(n, tokens, Formation::Initialize, &[]).await
     }
@@ -64,10 +79,14 @@ impl InProcCluster {
             .collect();
         let mut running = BTreeMap::new();
         for (id, listener) in listeners {
-            let mut config = NodeConfig::new(id, addrs[&id].to_string(), SECRET);
+            let mut config = NodeConfig::new(id, addrs[&id].to_string(), peer_auth());
             config.raft.election_min = Duration::from_millis(600);
             config.raft.election_max = Duration::from_millis(1200);
-            config.client_tokens = tokens.clone();
+            config.client_auth = ClientAuth {
+                tokens: Tokens::from_pairs(tokens.iter().map(|t| (Role::Write, t.as_str())))
+                    .expect("usable tokens"),
+                insecure_no_client_auth: tokens.is_empty(),
+            };
             let engine =
                 RocksEngine::open(&RocksOptions::new(dir.path().join(format!("node-{id}"))))
                     .expect("rocksdb");
@@ -78,8 +97,7 @@ impl InProcCluster {
                     .await
                     .expect("restore");
             }
-            let transport =
-                Arc::new(ReqwestTransport::new(Duration::from_secs(1)).expect("transport"));
+            let transport = Arc::new(transport());
             let node = Node::start(config, engine, transport)
                 .await
                 .expect("start node");

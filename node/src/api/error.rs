@@ -14,8 +14,10 @@ use crate::node::{MembershipError, ReadError, WriteError};
 pub enum ApiError {
     /// 400: the request breaks a rule of the data model or of the API.
     InvalidInput(String),
-    /// 401: a missing or wrong credential.
+    /// 401: a missing or unknown credential.
     Unauthorized(String),
+    /// 403: a known credential without the right to this route.
+    Forbidden(String),
     /// 404: no such route, event or resource.
     NotFound(String),
     /// 409: `prev_event_id` is not the head.
@@ -63,6 +65,7 @@ impl ApiError {
         let (status, code, message) = match self {
             ApiError::InvalidInput(m) => (StatusCode::BAD_REQUEST, "invalid_input", m.clone()),
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m.clone()),
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
             ApiError::NotHead { expected, got } => {
                 fields.insert("expected".into(), json!(expected));

@@ -2,12 +2,17 @@
 //! leader and relays its answer unchanged, adding `x-chainstore-leader`. A forwarded request is
 //! never forwarded again: a second hop means the cluster's view of its leader is in flux, and the
 //! client gets a retryable `no_leader`.
+//!
+//! The forwarded request carries this node's peer credential, not the client's: this node has
+//! already authorized the client for the route, and the leader accepts a member's request on
+//! every route. The client's token never leaves the node it was sent to.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use chainstore_transport::TransportError;
 
 use super::error::ApiError;
 use crate::node::{Leader, Node};
@@ -19,7 +24,7 @@ pub const FORWARDED_HEADER: &str = "x-chainstore-forwarded";
 
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
-const REQUEST_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, header::CONTENT_TYPE];
+const REQUEST_HEADERS: [HeaderName; 1] = [header::CONTENT_TYPE];
 const RESPONSE_HEADERS: [HeaderName; 4] = [
     header::CONTENT_TYPE,
     header::RETRY_AFTER,
@@ -46,9 +51,7 @@ pub async fn forward(
         return ApiError::NoLeader("no leader is known; retry shortly".into()).into_response();
     };
     let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{}{path}", leader.addr));
+    let mut request = node.peer_request(method, leader.id, &leader.addr, path);
     for name in &REQUEST_HEADERS {
         if let Some(value) = headers.get(name) {
             request = request.header(name, value);
@@ -68,6 +71,14 @@ pub async fn forward(
         .await
     {
         Ok(answer) => answer,
+        Err(TransportError::TooLarge { limit }) => {
+            return ApiError::TooLarge(format!(
+                "the leader's answer exceeds the {limit} bytes a node relays; \
+                 send the request to the leader (node {})",
+                leader.id
+            ))
+            .into_response()
+        }
         Err(err) => {
             return ApiError::unavailable(format!(
                 "the leader (node {}) did not answer: {err}",

@@ -1,5 +1,6 @@
-//! The HTTP API of SPEC §6: routes, credentials and limits at the edge.
+//! The HTTP API of SPEC §6: routes, who may call each, and limits at the edge.
 
+pub mod auth;
 pub mod backup;
 pub mod cluster;
 pub mod error;
@@ -11,27 +12,30 @@ pub mod ops;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use chainstore_transport::Role;
 use tower::limit::ConcurrencyLimitLayer;
 
 use crate::node::Node;
 use crate::raft_api;
+use auth::{guard, Access};
 use error::ApiError;
-use extract::secrets_equal;
 
 /// The whole HTTP surface of a node. Tests call it without a socket.
+///
+/// The routes are grouped by who may call them (the README's table of routes and roles is this
+/// one); each group's guard runs before any handler reads a body.
 pub fn app(node: Arc<Node>) -> Router {
-    let client = Router::new()
-        .route("/v1/executions/{id}/events", post(executions::append))
-        .route("/v1/executions/{id}/populate", post(executions::populate))
-        .route(
-            "/v1/executions/{id}/replicated",
-            post(executions::replicated),
-        )
+    let guarded = |access: Access, routes: Router<Arc<Node>>| {
+        routes.route_layer(middleware::from_fn_with_state(
+            (Arc::clone(&node), access),
+            guard,
+        ))
+    };
+    let read = Router::new()
         .route("/v1/executions/{id}/chain", get(executions::chain))
         .route("/v1/executions/{id}/chain/raw", get(executions::chain_raw))
         .route("/v1/executions/{id}/state", get(executions::state))
@@ -41,27 +45,33 @@ pub fn app(node: Arc<Node>) -> Router {
         )
         .route("/v1/changes", get(executions::changes))
         .route("/v1/cluster", get(cluster::status))
+        .route("/metrics", get(ops::metrics));
+    let write = Router::new()
+        .route("/v1/executions/{id}/events", post(executions::append))
+        .route("/v1/executions/{id}/populate", post(executions::populate));
+    let admin = Router::new()
+        .route(
+            "/v1/executions/{id}/replicated",
+            post(executions::replicated),
+        )
         .route("/v1/snapshot", get(backup::save))
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/learners", post(cluster::add_learner))
-        .route("/v1/cluster/voters", post(cluster::change_voters))
-        .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&node),
-            require_token,
-        ));
-    let raft = Router::new()
+        .route("/v1/cluster/voters", post(cluster::change_voters));
+    let peer = Router::new()
         .route("/raft/append", post(raft_api::append))
         .route("/raft/vote", post(raft_api::vote))
         .route("/raft/snapshot", post(raft_api::snapshot));
-    let ops = Router::new()
+    let public = Router::new()
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics));
+        .route("/readyz", get(ops::readyz));
     let concurrency_max = node.config().limits.concurrency_max;
     Router::new()
-        .merge(client)
-        .merge(raft)
-        .merge(ops)
+        .merge(guarded(Access::Client(Role::Read), read))
+        .merge(guarded(Access::Client(Role::Write), write))
+        .merge(guarded(Access::Client(Role::Admin), admin))
+        .merge(guarded(Access::Peer, peer))
+        .merge(public)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(Arc::clone(&node), deadline))
@@ -83,27 +93,5 @@ async fn deadline(State(node): State<Arc<Node>>, request: Request, next: Next) -
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::unavailable(format!("no answer within {limit:?}")).into_response(),
-    }
-}
-
-/// Requires `Authorization: Bearer <token>` when client tokens are configured.
-async fn require_token(State(node): State<Arc<Node>>, request: Request, next: Next) -> Response {
-    let tokens = &node.config().client_tokens;
-    if tokens.is_empty() {
-        return next.run(request).await;
-    }
-    let offered = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if tokens
-        .iter()
-        .any(|t| secrets_equal(t.as_bytes(), offered.as_bytes()))
-    {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized("a valid bearer token is required".into()).into_response()
     }
 }

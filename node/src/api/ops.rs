@@ -1,4 +1,4 @@
-//! `/healthz`, `/readyz`, `/metrics`: open to probes, no credentials.
+//! `/healthz`, `/readyz` (open to probes, no credentials) and `/metrics` (the `read` role).
 
 use std::sync::Arc;
 

@@ -1,7 +1,14 @@
 //! A real cluster for the integration tests: `chainstore-node` processes on loopback, each with
 //! its own RocksDB directory. Processes can be SIGKILLed, paused and restarted on their data.
 //! Every process is killed when the cluster is dropped, also when a test fails.
+//!
+//! By default a cluster is plaintext and open to clients (`--insecure-no-tls`,
+//! `--insecure-no-client-auth`): most tests are about the API's behaviour, not about who may
+//! call it. `Options::tls` makes it serve TLS with certificates from the cluster's own CA;
+//! `Options::tokens` gives it a tokens file.
 #![allow(dead_code)]
+
+pub mod certs;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -11,7 +18,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-pub const SECRET: &str = "test-cluster-secret";
+use certs::{Ca, Pem};
+
+/// The cluster secret of plaintext test clusters.
+pub const SECRET: &str = "plaintext-test-cluster-secret";
+/// The admin token every cluster with tokens or TLS has; the cluster's own HTTP client uses it.
+pub const ADMIN_TOKEN: &str = "admin-token-for-the-test-harness";
 
 /// Options every node of a test cluster starts with.
 #[derive(Clone, Debug)]
@@ -19,7 +31,14 @@ pub struct Options {
     pub snapshot_after_entries: u64,
     pub log_entries_kept: u64,
     pub purge_batch_entries: u64,
-    pub client_tokens: Vec<String>,
+    /// `(role, token)` pairs of the tokens file, besides [`ADMIN_TOKEN`].
+    pub tokens: Vec<(&'static str, String)>,
+    /// Serve TLS, peers authenticating by certificate.
+    pub tls: bool,
+    /// How often nodes look for new TLS files.
+    pub tls_reload_poll_ms: u64,
+    /// Election timeouts (min, max) in milliseconds.
+    pub election_ms: (u64, u64),
 }
 
 impl Default for Options {
@@ -28,9 +47,53 @@ impl Default for Options {
             snapshot_after_entries: 20_000,
             log_entries_kept: 5_000,
             purge_batch_entries: 1_024,
-            client_tokens: Vec::new(),
+            tokens: Vec::new(),
+            tls: false,
+            tls_reload_poll_ms: 10_000,
+            election_ms: (600, 1200),
         }
     }
+}
+
+impl Options {
+    /// Whether the nodes get a tokens file (with [`ADMIN_TOKEN`] in it).
+    fn has_tokens(&self) -> bool {
+        self.tls || !self.tokens.is_empty()
+    }
+}
+
+/// A reqwest client for test requests: trusting `ca` (PEM) for `https://`, presenting
+/// `identity` if given, sending `token` as a bearer token if given. No redirects, no proxies.
+pub fn http_client(
+    ca: Option<&str>,
+    identity: Option<&Pem>,
+    token: Option<&str>,
+) -> reqwest::Client {
+    let options = chainstore_transport::TlsClientOptions {
+        roots_pem: ca.map(|pem| pem.as_bytes().to_vec()),
+        identity: identity.map(|pem| {
+            chainstore_transport::KeyPair::from_pem(pem.cert.as_bytes(), pem.key.as_bytes())
+                .expect("a key pair")
+        }),
+    };
+    let tls = chainstore_transport::tls::client_config(
+        &options,
+        chainstore_transport::ServerCheck::Hostname,
+    )
+    .expect("a TLS configuration");
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        let value = format!("Bearer {token}").parse().expect("header value");
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .default_headers(headers)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .expect("client")
 }
 
 pub struct Proc {
@@ -42,7 +105,10 @@ pub struct Proc {
 
 pub struct Cluster {
     pub procs: BTreeMap<u64, Proc>,
+    /// A client with the admin credential (when the cluster has credentials at all).
     pub http: reqwest::Client,
+    /// The CA of a TLS cluster.
+    pub ca: Ca,
     options: Options,
     _root: tempfile::TempDir,
 }
@@ -76,19 +142,24 @@ impl Cluster {
     /// Starts `n` nodes that are not initialized.
     pub async fn spawn(n: u64, options: Options) -> Self {
         let root = tempfile::tempdir().expect("temp dir");
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = options.client_tokens.first() {
-            let value = format!("Bearer {token}").parse().expect("header value");
-            headers.insert(reqwest::header::AUTHORIZATION, value);
+        let ca = Ca::new("chainstore test CA");
+        let http = http_client(
+            options.tls.then_some(ca.cert.as_str()),
+            None,
+            options.has_tokens().then_some(ADMIN_TOKEN),
+        );
+        if options.has_tokens() {
+            let mut text = format!("admin:{ADMIN_TOKEN}\n");
+            for (role, token) in &options.tokens {
+                text.push_str(&format!("{role}:{token}\n"));
+            }
+            std::fs::write(root.path().join("tokens"), text).expect("tokens file");
         }
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
-            .default_headers(headers)
-            .build()
-            .expect("client");
+        std::fs::write(root.path().join("secret"), SECRET).expect("secret file");
         let mut cluster = Cluster {
             procs: BTreeMap::new(),
             http,
+            ca,
             options,
             _root: root,
         };
@@ -98,10 +169,50 @@ impl Cluster {
         cluster
     }
 
+    /// The directory of node `id`'s TLS files: `cert.pem`, `key.pem`, `ca.pem`.
+    pub fn tls_dir(&self, id: u64) -> PathBuf {
+        self._root.path().join(format!("tls-{id}"))
+    }
+
+    /// Writes node `id`'s TLS files (a rotation writes them again while the node runs).
+    pub fn write_tls(&self, id: u64, pem: &Pem, ca: &str) {
+        let dir = self.tls_dir(id);
+        std::fs::create_dir_all(&dir).expect("tls dir");
+        // Each file replaced whole, as a rotation tool would.
+        for (name, contents) in [
+            ("cert.pem", &pem.cert),
+            ("key.pem", &pem.key),
+            ("ca.pem", &ca.to_string()),
+        ] {
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::write(&tmp, contents).expect("write");
+            std::fs::rename(&tmp, dir.join(name)).expect("rename");
+        }
+    }
+
+    /// The URL scheme clients use.
+    pub fn scheme(&self) -> &'static str {
+        if self.options.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// Node `id`'s log so far.
+    pub fn log_of(&self, id: u64) -> String {
+        std::fs::read_to_string(self.procs[&id].dir.with_extension("log")).unwrap_or_default()
+    }
+
     /// Starts one more (uninitialized) node process.
     pub async fn add_proc(&mut self, id: u64) {
         let dir = self._root.path().join(format!("node-{id}"));
         let addr = format!("127.0.0.1:{}", free_port());
+        if self.options.tls && !self.tls_dir(id).exists() {
+            let pem = self.ca.node(id);
+            let ca = self.ca.cert.clone();
+            self.write_tls(id, &pem, &ca);
+        }
         self.procs.insert(
             id,
             Proc {
@@ -116,6 +227,8 @@ impl Cluster {
 
     async fn launch(&mut self, id: u64) {
         let options = self.options.clone();
+        let root = self._root.path().to_path_buf();
+        let tls_dir = self.tls_dir(id);
         let proc = self.procs.get_mut(&id).expect("known node");
         let log = std::fs::File::create(proc.dir.with_extension("log")).expect("log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_chainstore-node"));
@@ -126,14 +239,12 @@ impl Cluster {
             .arg(&proc.addr)
             .arg("--data-dir")
             .arg(&proc.dir)
-            .arg("--cluster-secret")
-            .arg(SECRET)
             .arg("--heartbeat-ms")
             .arg("100")
             .arg("--election-min-ms")
-            .arg("600")
+            .arg(options.election_ms.0.to_string())
             .arg("--election-max-ms")
-            .arg("1200")
+            .arg(options.election_ms.1.to_string())
             .arg("--snapshot-after-entries")
             .arg(options.snapshot_after_entries.to_string())
             .arg("--log-entries-kept")
@@ -144,13 +255,30 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
-        if !options.client_tokens.is_empty() {
+        if options.tls {
             command
-                .arg("--client-tokens")
-                .arg(options.client_tokens.join(","));
+                .arg("--tls-cert")
+                .arg(tls_dir.join("cert.pem"))
+                .arg("--tls-key")
+                .arg(tls_dir.join("key.pem"))
+                .arg("--tls-client-ca")
+                .arg(tls_dir.join("ca.pem"))
+                .arg("--tls-reload-poll-ms")
+                .arg(options.tls_reload_poll_ms.to_string());
+        } else {
+            command
+                .arg("--insecure-no-tls")
+                .arg("--cluster-secret-file")
+                .arg(root.join("secret"));
+        }
+        if options.has_tokens() {
+            command.arg("--client-tokens-file").arg(root.join("tokens"));
+        } else {
+            command.arg("--insecure-no-client-auth");
         }
         proc.child = Some(command.spawn().expect("spawn chainstore-node"));
-        let url = format!("http://{}/healthz", proc.addr);
+        let scheme = if options.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{}/healthz", proc.addr);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(r) = self.http.get(&url).send().await {
@@ -192,7 +320,7 @@ impl Cluster {
     }
 
     pub fn url(&self, id: u64, path: &str) -> String {
-        format!("http://{}{}", self.procs[&id].addr, path)
+        format!("{}://{}{}", self.scheme(), self.procs[&id].addr, path)
     }
 
     pub async fn get(&self, id: u64, path: &str) -> (u16, Value) {

@@ -2,9 +2,9 @@
 //!
 //! Output is a table or plain lines for people, JSON with `--json` for scripts. Errors are one
 //! line on stderr. Exit codes: 0 done; 1 the cluster refused the request (`not_head`,
-//! `event_conflict`, `forked`, `invalid_input`, `not_found`, `unauthorized`, `too_large`, or a
-//! populate that diverged or was refused); 2 bad arguments or input; 3 the cluster is unreachable
-//! or unavailable; 4 a guarded read that cannot answer.
+//! `event_conflict`, `forked`, `invalid_input`, `not_found`, `unauthorized`, `forbidden`,
+//! `too_large`, or a populate that diverged or was refused); 2 bad arguments or input; 3 the
+//! cluster is unreachable or unavailable; 4 a guarded read that cannot answer.
 
 mod bench;
 mod output;
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chainstore_client::{
     AppendRequest, Client, ClientError, Consistency, EventId, ExecutionId, FromLog, Guarded,
-    LogEvent, ReadOptions, RetryPolicy,
+    KeyPair, LogEvent, ReadOptions, RetryPolicy, TlsClientOptions,
 };
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -36,9 +36,20 @@ struct Cli {
         default_value = "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103"
     )]
     nodes: Vec<String>,
-    /// Bearer token for the client API.
-    #[arg(long, env = "CHAINCTL_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// A file holding the bearer token for the client API (or set CHAINCTL_TOKEN; there is no
+    /// flag for the token itself, so it never shows in `ps`).
+    #[arg(long, env = "CHAINCTL_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// The CA certificate(s), PEM, that `https://` nodes' certificates chain to (default: the
+    /// system's trust store).
+    #[arg(long, env = "CHAINCTL_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) to present; it names a role (`chainstore://role/<role>`).
+    #[arg(long, env = "CHAINCTL_CERT", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "CHAINCTL_KEY", requires = "cert")]
+    key: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -166,6 +177,44 @@ fn read_options(local: bool, min_index: Option<u64>) -> ReadOptions {
     }
 }
 
+fn read_file(path: &PathBuf) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))
+}
+
+/// The bearer token: CHAINCTL_TOKEN or `--token-file`, not both.
+fn token(cli: &Cli) -> Result<Option<String>, Failure> {
+    let from_env = std::env::var("CHAINCTL_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    match (from_env, &cli.token_file) {
+        (Some(_), Some(_)) => Err(Failure::usage(
+            "the token comes from CHAINCTL_TOKEN or --token-file, not both",
+        )),
+        (Some(token), None) => Ok(Some(token)),
+        (None, Some(path)) => {
+            let text = String::from_utf8(read_file(path)?)
+                .map_err(|_| Failure::usage(format!("{} is not text", path.display())))?;
+            Ok(Some(text.trim().to_string()).filter(|t| !t.is_empty()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+fn tls_options(cli: &Cli) -> Result<TlsClientOptions, Failure> {
+    let roots_pem = cli.ca_file.as_ref().map(read_file).transpose()?;
+    let identity = match (&cli.cert, &cli.key) {
+        (Some(cert), Some(key)) => Some(
+            KeyPair::from_pem(&read_file(cert)?, &read_file(key)?)
+                .map_err(|e| Failure::usage(format!("--cert/--key: {e}")))?,
+        ),
+        _ => None,
+    };
+    Ok(TlsClientOptions {
+        roots_pem,
+        identity,
+    })
+}
+
 fn print_json(value: &Value) {
     println!(
         "{}",
@@ -179,9 +228,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         request_timeout: Duration::from_millis(cli.timeout_ms),
         ..RetryPolicy::default()
     };
-    let mut builder = Client::builder(cli.nodes.clone()).retry_policy(policy);
-    if let Some(token) = &cli.token {
-        builder = builder.token(token.clone());
+    let mut builder = Client::builder(cli.nodes.clone())
+        .retry_policy(policy)
+        .tls(tls_options(&cli)?);
+    if let Some(token) = token(&cli)? {
+        builder = builder.token(token);
     }
     let client = Arc::new(builder.build().map_err(Failure::from)?);
     let json = cli.json;

@@ -1,0 +1,123 @@
+//! The accept loop: TCP, then TLS when the node has it, then HTTP/1.1 with a header-read
+//! deadline, each connection in its own task. Every request gets the connection's
+//! [`Connection`] (remote address, verified client certificate) for `api::auth`.
+//!
+//! Shutdown stops accepting, lets open connections finish their requests (closing idle ones),
+//! and gives up on the rest after a grace period.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use chainstore_transport::certificate_identity;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use crate::api::auth::Connection;
+use crate::tls::NodeTls;
+
+/// Deadlines of the server loop.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
+    /// How long open connections get to finish after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, over TLS when `tls` is given.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<NodeTls>>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors, most likely: back off instead of spinning.
+                    tracing::warn!(%err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        let options = options.clone();
+        let acceptor = tls.as_ref().map(|tls| tls.acceptor());
+        tokio::spawn(async move {
+            let Some(acceptor) = acceptor else {
+                let connection = Connection {
+                    remote: Some(remote),
+                    certificate: None,
+                };
+                serve_connection(stream, connection, router, watcher, &options).await;
+                return;
+            };
+            let handshake = acceptor.accept(stream);
+            match tokio::time::timeout(options.tls_handshake_timeout, handshake).await {
+                Ok(Ok(stream)) => {
+                    let certificate = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|cert| Arc::new(certificate_identity(cert)));
+                    let connection = Connection {
+                        remote: Some(remote),
+                        certificate,
+                    };
+                    serve_connection(stream, connection, router, watcher, &options).await;
+                }
+                Ok(Err(err)) => tracing::debug!(%remote, %err, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(options.shutdown_grace) => {
+            tracing::warn!("connections still open after the shutdown grace period; closing them");
+        }
+    }
+}
+
+async fn serve_connection<S>(
+    stream: S,
+    connection: Connection,
+    router: Router,
+    watcher: Watcher,
+    options: &ServeOptions,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = router.map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(connection.clone());
+        request
+    });
+    let service = TowerToHyperService::new(service);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
+    if let Err(err) = served.await {
+        tracing::debug!(%err, "connection ended with an error");
+    }
+}
