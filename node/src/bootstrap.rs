@@ -69,7 +69,8 @@ fn is_member(node: &Node) -> bool {
 /// when it did not answer.
 async fn peer_has_cluster(node: &Node, peer: NodeId, addr: &str) -> Option<bool> {
     let request = node
-        .peer_request(http::Method::GET, peer, addr, "/v1/cluster")
+        .peer_credentials()
+        .request(http::Method::GET, peer, addr, "/v1/cluster")
         .body(Bytes::new())
         .ok()?;
     let timeout = node.config().limits.forward_timeout;

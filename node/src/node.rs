@@ -193,17 +193,9 @@ impl Node {
         &self.transport
     }
 
-    /// A request to peer `peer` at `addr`, carrying this node's peer credential; send it with
-    /// [`Node::transport`].
-    pub fn peer_request(
-        &self,
-        method: http::Method,
-        peer: NodeId,
-        addr: &str,
-        path_and_query: &str,
-    ) -> http::request::Builder {
-        self.peer_credentials
-            .request(method, peer, addr, path_and_query)
+    /// This node's credential for requests to its peers (send them with [`Node::transport`]).
+    pub fn peer_credentials(&self) -> &PeerCredentials {
+        &self.peer_credentials
     }
 
     /// Whether node `id` may act as a peer of this one: it is in the membership this node knows
@@ -486,24 +478,27 @@ impl Node {
         }
     }
 
+    /// Waits until `reached` finds what it looks for in the Raft metrics; `None` when Raft shuts
+    /// down first. The caller bounds the wait.
+    async fn metrics_until<T>(
+        &self,
+        mut reached: impl FnMut(&RaftMetrics<NodeId, BasicNode>) -> Option<T>,
+    ) -> Option<T> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(found) = reached(&metrics.borrow_and_update()) {
+                return Some(found);
+            }
+            metrics.changed().await.ok()?;
+        }
+    }
+
     /// Waits until the applied index reaches `min`.
     pub async fn wait_applied(&self, min: u64, wait: Duration) -> Result<u64, ReadError> {
-        let mut metrics = self.raft.metrics();
-        let reached = async {
-            loop {
-                let applied = metrics
-                    .borrow_and_update()
-                    .last_applied
-                    .as_ref()
-                    .map_or(0, |id| id.index);
-                if applied >= min {
-                    return Some(applied);
-                }
-                if metrics.changed().await.is_err() {
-                    return None;
-                }
-            }
-        };
+        let reached = self.metrics_until(|m| {
+            let applied = m.last_applied.as_ref().map_or(0, |id| id.index);
+            (applied >= min).then_some(applied)
+        });
         match tokio::time::timeout(wait, reached).await {
             Ok(Some(applied)) => Ok(applied),
             _ => Err(ReadError::Unavailable {
@@ -551,25 +546,12 @@ impl Node {
             Ok(Ok(response)) => response.log_id,
             other => return membership_result(other),
         };
-        let mut metrics = self.raft.metrics();
-        let caught_up = async {
-            loop {
-                let matched = metrics
-                    .borrow_and_update()
-                    .replication
-                    .as_ref()
-                    .and_then(|progress| progress.get(&id).cloned())
-                    .flatten();
-                if matched.is_some_and(|m| m >= log_id) {
-                    return true;
-                }
-                if metrics.changed().await.is_err() {
-                    return false;
-                }
-            }
-        };
+        let caught_up = self.metrics_until(|m| {
+            let matched = m.replication.as_ref()?.get(&id)?.as_ref()?;
+            (*matched >= log_id).then_some(())
+        });
         match tokio::time::timeout_at(deadline, caught_up).await {
-            Ok(true) => Ok(()),
+            Ok(Some(())) => Ok(()),
             _ => Err(MembershipError::Unavailable(format!(
                 "node {id} was added as a learner but has not caught up: check that it runs, is \
                  reachable at its address, and presents a certificate naming node {id}"

@@ -51,7 +51,9 @@ pub async fn forward(
         return ApiError::NoLeader("no leader is known; retry shortly".into()).into_response();
     };
     let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let mut request = node.peer_request(method, leader.id, &leader.addr, path);
+    let mut request = node
+        .peer_credentials()
+        .request(method, leader.id, &leader.addr, path);
     for name in &REQUEST_HEADERS {
         if let Some(value) = headers.get(name) {
             request = request.header(name, value);
