@@ -35,7 +35,8 @@ pub struct Limits {
     pub changes_page_max: usize,
     /// Longest answer read from a peer (a Raft RPC answer, a forwarded request's answer).
     pub peer_response_bytes_max: usize,
-    /// How long a connection may take to send a request's headers.
+    /// How long a connection may take to send a request's headers, counted from the end of
+    /// the previous answer: it is also how long an idle keep-alive connection stays open.
     pub header_read_timeout: Duration,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,

@@ -91,6 +91,9 @@ impl TransportOptions {
     }
 }
 
+/// How long an idle pooled connection is kept.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The production transport: reqwest over TCP, with rustls for `https://`.
 #[derive(Clone)]
 pub struct ReqwestTransport {
@@ -105,7 +108,10 @@ impl ReqwestTransport {
             .map_err(|e| TransportError::Failed(e.to_string()))?;
         let client = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Shorter than the servers' idle limit (a node closes a connection that sends no
+            // request headers for 10 s), so a pooled connection is dropped here before the
+            // server can close it under a request.
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(64)
             .tcp_nodelay(true)
             // A redirect would carry the request's credentials to a host nobody vetted, and a
