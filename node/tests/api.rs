@@ -578,3 +578,65 @@ async fn a_node_without_a_leader_answers_no_leader_with_retry_after() {
     );
     assert_eq!(c.get(1, "/healthz").await.0, 200, "but alive");
 }
+
+/// The per-execution latch, seen from outside: appends racing on one head, sent at once to every
+/// node (followers forward), resolve to exactly one winner and a clean `not_head` for each of
+/// the others, naming the winner as the head; nobody gets a retryable 503, and the chain holds
+/// the winner alone after the head it raced on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_racing_on_one_head_get_one_winner_and_not_head_for_the_rest() {
+    const RACERS: usize = 16;
+    let c = Cluster::start(3).await;
+    let l = c.leader().await;
+    let genesis =
+        json!({ "event_id": "root", "prev_event_id": null, "payload": {}, "genesis": true });
+    assert_eq!(
+        c.post(l, "/v1/executions/race/events", &genesis).await.0,
+        200
+    );
+    for round in 0..5 {
+        let head = if round == 0 {
+            "root".to_string()
+        } else {
+            format!("won-{}", round - 1)
+        };
+        let ids: Vec<u64> = c.running();
+        let mut racers = Vec::new();
+        for r in 0..RACERS {
+            let url = c.url(ids[r % ids.len()], "/v1/executions/race/events");
+            let body = event(&format!("r{round}-{r}"), Some(&head));
+            let http = c.http.clone();
+            racers.push(tokio::spawn(async move {
+                let response = http.post(url).json(&body).send().await.expect("an answer");
+                let status = response.status().as_u16();
+                let answer: Value = response.json().await.unwrap_or(Value::Null);
+                (r, status, answer)
+            }));
+        }
+        let mut winners = Vec::new();
+        let mut losers = Vec::new();
+        for racer in racers {
+            let (r, status, answer) = racer.await.unwrap();
+            match status {
+                200 => winners.push(r),
+                409 => {
+                    assert_eq!(answer["error"], "not_head", "round {round}: {answer}");
+                    losers.push(answer["expected"].as_str().unwrap_or_default().to_string());
+                }
+                other => panic!("round {round}: racer {r} got {other}: {answer}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let winner = format!("r{round}-{}", winners[0]);
+        assert!(
+            losers.iter().all(|expected| *expected == winner),
+            "round {round}: every loser is told the winner is the head: {losers:?} vs {winner}"
+        );
+        // The next round races on the winner, renamed for the next round's prev.
+        let next = event(&format!("won-{round}"), Some(&winner));
+        assert_eq!(c.post(l, "/v1/executions/race/events", &next).await.0, 200);
+    }
+    let (_, chain) = c.get(l, "/v1/executions/race/chain").await;
+    assert_eq!(chain["answer"], "authoritative", "{chain}");
+    assert_eq!(chain["events"].as_array().map(Vec::len), Some(11));
+}
