@@ -34,6 +34,8 @@ struct State {
     fail_all_writes: bool,
     /// Number of successful writes since creation.
     writes_total: u64,
+    /// Number of successful syncs since creation.
+    syncs_total: u64,
 }
 
 /// An in-memory [`Engine`] that can simulate crashes and I/O faults. Cheap to clone; clones share
@@ -81,6 +83,11 @@ impl MemEngine {
     /// Number of writes that succeeded since the engine was created.
     pub fn writes_total(&self) -> u64 {
         self.lock().writes_total
+    }
+
+    /// Number of syncs that succeeded since the engine was created.
+    pub fn syncs_total(&self) -> u64 {
+        self.lock().syncs_total
     }
 
     /// Makes the `n`th write from now fail (`n = 1`: the next one). The failing write changes
@@ -202,6 +209,7 @@ impl Engine for MemEngine {
         for batch in &pending {
             apply(&mut state.durable, batch);
         }
+        state.syncs_total += 1;
         Ok(())
     }
 }

@@ -9,14 +9,15 @@
 //! restored event) without any `init`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 
 use super::keys;
+use super::log_store::{stage_purge, stage_vote};
 use super::snapshot;
+use super::state_machine::install_batch;
 use super::{LogStore, NodeId, StateMachine};
 use crate::chain::{check_copied_format, ChainStore, OpenError, StoreConfig};
 use crate::engine::{Engine, ScanOrder};
@@ -121,17 +122,15 @@ pub async fn restore_backup<E: Engine + ?Sized>(
         last_membership: StoredMembership::new(Some(last_log_id), membership),
         snapshot_id: format!("restored-{}", last_log_id.index),
     };
-    state_machine
-        .install_snapshot(&meta, Box::new(Cursor::new(data)))
-        .await
-        .map_err(storage)?;
-    // The log resumes after the backup's last entry. The vote carries the backup's term, so the
-    // first election of the new cluster runs in a later term than every restored entry.
-    log_store.purge(last_log_id).await.map_err(storage)?;
-    log_store
-        .save_vote(&Vote::new(last_log_id.leader_id.term, node_id))
-        .await
-        .map_err(storage)?;
-    engine.sync().map_err(storage)?;
+    // The installed state, the log purged up to the backup's last entry (the log resumes after
+    // it) and the vote, in ONE durable batch: a crash leaves the store empty (restore again) or
+    // restored, never a state machine without its purge marker or vote. The vote carries the
+    // backup's term, so the first election of the new cluster runs in a later term than every
+    // restored entry.
+    let pairs = snapshot::decode(&data).map_err(|e| BackupError::Invalid(e.to_string()))?;
+    let mut batch = install_batch(&meta, pairs).map_err(storage)?;
+    stage_purge(&mut batch, &last_log_id).map_err(storage)?;
+    stage_vote(&mut batch, &Vote::new(last_log_id.leader_id.term, node_id)).map_err(storage)?;
+    engine.write_durable(batch).map_err(storage)?;
     Ok(last_log_id)
 }

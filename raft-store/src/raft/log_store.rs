@@ -54,6 +54,24 @@ impl<E: Engine + ?Sized> LogStore<E> {
             .transpose()
     }
 
+    /// Writes `entries` to the log in one durable batch: the write behind
+    /// [`RaftLogStorage::append`], which tells openraft once it returns.
+    pub fn write_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry<TypeConfig>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            batch.put(
+                keys::log_entry(entry.log_id.index),
+                encode(&entry, ErrorSubject::Logs)?,
+            );
+        }
+        self.engine
+            .write_durable(batch)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
+    }
+
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
         let last = self
             .engine
@@ -64,6 +82,29 @@ impl<E: Engine + ?Sized> LogStore<E> {
             Some((_, value)) => Ok(Some(decode_entry(value)?.log_id)),
         }
     }
+}
+
+/// Adds the vote to `batch`.
+pub(crate) fn stage_vote(
+    batch: &mut WriteBatch,
+    vote: &Vote<NodeId>,
+) -> Result<(), StorageError<NodeId>> {
+    batch.put(keys::VOTE, encode(vote, ErrorSubject::Vote)?);
+    Ok(())
+}
+
+/// Adds to `batch` the purge of every entry up to `log_id` and the purged marker.
+pub(crate) fn stage_purge(
+    batch: &mut WriteBatch,
+    log_id: &LogId<NodeId>,
+) -> Result<(), StorageError<NodeId>> {
+    batch.put(keys::PURGED, encode(log_id, ErrorSubject::Logs)?);
+    let end = match log_id.index.checked_add(1) {
+        Some(end) => keys::log_entry(end),
+        None => keys::log_end(),
+    };
+    batch.delete_range(keys::log_entry(0), end);
+    Ok(())
 }
 
 fn io_error(
@@ -142,7 +183,7 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut batch = WriteBatch::new();
-        batch.put(keys::VOTE, encode(vote, ErrorSubject::Vote)?);
+        stage_vote(&mut batch, vote)?;
         self.engine
             .write_durable(batch)
             .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
@@ -180,25 +221,14 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        let mut batch = WriteBatch::new();
-        for entry in entries {
-            batch.put(
-                keys::log_entry(entry.log_id.index),
-                encode(&entry, ErrorSubject::Logs)?,
-            );
-        }
         // Durable before the callback: openraft counts this node's vote for the entries only
         // once they survive a crash.
-        match self.engine.write_durable(batch) {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(err) => {
-                callback.log_io_completed(Err(std::io::Error::other(err.to_string())));
-                Err(io_error(ErrorSubject::Logs, ErrorVerb::Write, err))
-            }
-        }
+        let written = self.write_entries(entries);
+        callback.log_io_completed(match &written {
+            Ok(()) => Ok(()),
+            Err(err) => Err(std::io::Error::other(err.to_string())),
+        });
+        written
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
@@ -216,12 +246,7 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
             .sync()
             .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
         let mut batch = WriteBatch::new();
-        batch.put(keys::PURGED, encode(&log_id, ErrorSubject::Logs)?);
-        let end = match log_id.index.checked_add(1) {
-            Some(end) => keys::log_entry(end),
-            None => keys::log_end(),
-        };
-        batch.delete_range(keys::log_entry(0), end);
+        stage_purge(&mut batch, &log_id)?;
         self.engine
             .write_durable(batch)
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))

@@ -148,6 +148,24 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     }
 }
 
+/// The ONE batch that replaces the whole state-machine range with a snapshot's pairs: a reader
+/// sees the old state or the new one, never a mixture, and a crash keeps one or the other.
+pub(crate) fn install_batch(
+    meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<WriteBatch, StorageError<NodeId>> {
+    let mut batch = WriteBatch::new();
+    batch.delete_range(keys::SM_START, keys::SM_END);
+    for (key, value) in pairs {
+        if key.as_slice() >= keys::SM_START && key.as_slice() < keys::SM_END {
+            batch.put(key, value);
+        }
+    }
+    batch.put(keys::APPLIED, to_json(&meta.last_log_id)?);
+    batch.put(keys::MEMBERSHIP, to_json(&meta.last_membership)?);
+    Ok(batch)
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeId>> {
     serde_json::to_vec(value).map_err(|e| sm_error(ErrorVerb::Write, e))
 }
@@ -221,17 +239,7 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
         let pairs = snapshot::decode(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        // Replace the whole state-machine range in ONE batch: a reader sees the old state or the
-        // new one, never a mixture, and a crash keeps one or the other.
-        let mut batch = WriteBatch::new();
-        batch.delete_range(keys::SM_START, keys::SM_END);
-        for (key, value) in pairs {
-            if key.as_slice() >= keys::SM_START && key.as_slice() < keys::SM_END {
-                batch.put(key, value);
-            }
-        }
-        batch.put(keys::APPLIED, to_json(&meta.last_log_id)?);
-        batch.put(keys::MEMBERSHIP, to_json(&meta.last_membership)?);
+        let batch = install_batch(meta, pairs)?;
         self.engine()
             .write_durable(batch)
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;

@@ -1,0 +1,477 @@
+//! Crash points on the Raft side of the storage, on the in-memory engine.
+//!
+//! `crash.rs` faults every write of the chain operations; this file does the same for the
+//! operations openraft drives and the offline restore: snapshot install, the apply of an effect,
+//! a membership and a blank entry, log append, truncation and purge, the vote, and restoring a
+//! backup into an empty store. For each of them, and for each write and each sync it makes:
+//! - the write (or the sync) fails: the operation reports the failure, and a reader at that
+//!   moment sees the whole state as it was before or as it is after the operation, nothing in
+//!   between (the reader runs exactly between two writes);
+//! - then the process crashes keeping every prefix of the unsynced batches in turn: the reopened
+//!   store is again the old state or the new one, its log, vote and applied state read back, and
+//!   retrying the operation yields the new state;
+//! - with no fault, a crash keeping any prefix leaves the old or the new state, and the new one
+//!   whenever the operation is one openraft relies on being durable once it returns.
+//!
+//! "The state" is every stored key and value (state machine, log, vote, purge marker), and the
+//! guarded reads of every execution: never newer than the applied index says (a snapshot's
+//! contents without its applied id, or the reverse), never older than what was acknowledged.
+
+// openraft's `StorageError` is what its storage traits return.
+#![allow(clippy::result_large_err)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use common::*;
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftSnapshotBuilder,
+    SnapshotMeta, Vote,
+};
+use raft_store::raft::{
+    restore_backup, take_backup, Command, LogStore, NodeId, StateMachine, TypeConfig,
+};
+use raft_store::{AppendPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+const EXECS: [&str; 3] = ["x", "y", "z"];
+
+/// A node's storage over one engine, as the node opens it.
+struct Parts {
+    engine: MemEngine,
+    log: LogStore<MemEngine>,
+    sm: StateMachine<MemEngine>,
+}
+
+fn open(engine: &MemEngine) -> Parts {
+    let shared = Arc::new(engine.clone());
+    let store = ChainStore::open(
+        Arc::clone(&shared),
+        StoreConfig {
+            sync_writes: false,
+            ..StoreConfig::default()
+        },
+    )
+    .expect("the store opens");
+    Parts {
+        engine: engine.clone(),
+        log: LogStore::new(Arc::clone(&shared)),
+        sm: StateMachine::new(Arc::new(store)),
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
+}
+
+fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
+    let ids: BTreeSet<NodeId> = voters.iter().copied().collect();
+    let nodes: BTreeMap<NodeId, BasicNode> = voters
+        .iter()
+        .map(|id| (*id, BasicNode::new(format!("node{id}:7001"))))
+        .collect();
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![ids], nodes)),
+    }
+}
+
+/// The entry that appends `id` after `prev` to `x`, evaluated against the current state.
+fn append_entry(
+    parts: &Parts,
+    term: u64,
+    index: u64,
+    x: &str,
+    id: &str,
+    prev: Option<&str>,
+) -> Entry<TypeConfig> {
+    let request = if prev.is_none() {
+        genesis(id)
+    } else {
+        req(id, prev)
+    };
+    match parts.sm.store().evaluate_append(&exec(x), &request) {
+        Ok(AppendPlan::Write(effect)) => Entry {
+            log_id: log_id(term, index),
+            payload: EntryPayload::Normal(Command::Effect(effect)),
+        },
+        other => panic!("{x}/{id} must be a write, got {other:?}"),
+    }
+}
+
+fn write_and_apply(parts: &mut Parts, entry: Entry<TypeConfig>) {
+    parts.log.write_entries([entry.clone()]).expect("log write");
+    block_on(parts.sm.apply([entry])).expect("apply");
+}
+
+/// The node before every operation: a membership, four appends over two executions and a blank
+/// in terms 1 and 2, applied through index 5; entry 6 (an append) is in the log, not applied;
+/// the vote is for term 2. Everything is durable.
+fn base() -> Parts {
+    let mut parts = open(&MemEngine::new());
+    write_and_apply(&mut parts, membership(1, 1, &[1, 2, 3]));
+    let e = append_entry(&parts, 1, 2, "x", "a1", None);
+    write_and_apply(&mut parts, e);
+    let e = append_entry(&parts, 1, 3, "x", "a2", Some("a1"));
+    write_and_apply(&mut parts, e);
+    write_and_apply(&mut parts, blank(2, 4));
+    let e = append_entry(&parts, 2, 5, "y", "b1", None);
+    write_and_apply(&mut parts, e);
+    let next = unapplied(&parts);
+    parts.log.write_entries([next]).expect("log write");
+    block_on(parts.log.save_vote(&Vote::new(2, 1))).expect("vote");
+    parts.engine.sync().expect("sync");
+    parts
+}
+
+/// Entry 6 of the base: the next append to `x`.
+fn unapplied(parts: &Parts) -> Entry<TypeConfig> {
+    append_entry(parts, 2, 6, "x", "a3", Some("a2"))
+}
+
+/// A node further on than the base (through index 9, a third execution, a membership change),
+/// whose snapshot and backup the install and restore operations use.
+fn donor() -> Parts {
+    let mut parts = base();
+    let e = unapplied(&parts);
+    block_on(parts.sm.apply([e])).expect("apply");
+    let e = append_entry(&parts, 3, 7, "z", "c1", None);
+    write_and_apply(&mut parts, e);
+    write_and_apply(&mut parts, membership(3, 8, &[1, 2]));
+    let e = append_entry(&parts, 3, 9, "x", "a4", Some("a3"));
+    write_and_apply(&mut parts, e);
+    parts.engine.sync().expect("sync");
+    parts
+}
+
+fn donor_snapshot() -> (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) {
+    let mut sm = donor().sm;
+    let snapshot = block_on(sm.build_snapshot()).expect("snapshot");
+    (snapshot.meta, snapshot.snapshot.into_inner())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    InstallSnapshot,
+    ApplyEffect,
+    ApplyMembership,
+    ApplyBlank,
+    AppendLog,
+    Truncate,
+    Purge,
+    SaveVote,
+    Restore,
+}
+
+const OPS: [Op; 9] = [
+    Op::InstallSnapshot,
+    Op::ApplyEffect,
+    Op::ApplyMembership,
+    Op::ApplyBlank,
+    Op::AppendLog,
+    Op::Truncate,
+    Op::Purge,
+    Op::SaveVote,
+    Op::Restore,
+];
+
+impl Op {
+    /// Whether openraft (or the operator) is told the operation is durable when it returns.
+    /// Applies are not synced: the log is the durable record and they are re-applied.
+    fn durable(self) -> bool {
+        !matches!(self, Op::ApplyEffect | Op::ApplyMembership | Op::ApplyBlank)
+    }
+
+    /// The store the operation starts from, durable.
+    fn prepare(self) -> MemEngine {
+        match self {
+            // An empty store, opened once (the format record written), as `restore` finds it.
+            Op::Restore => open(&MemEngine::new()).engine,
+            _ => base().engine,
+        }
+    }
+
+    fn run(self, parts: &mut Parts, inputs: &Inputs) -> Result<(), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Op::InstallSnapshot => {
+                let (meta, data) = inputs.snapshot.clone();
+                block_on(
+                    parts
+                        .sm
+                        .install_snapshot(&meta, Box::new(std::io::Cursor::new(data))),
+                )
+                .map_err(|e| err(&e))
+            }
+            Op::ApplyEffect => {
+                let entry = unapplied(parts);
+                block_on(parts.sm.apply([entry]))
+                    .map(drop)
+                    .map_err(|e| err(&e))
+            }
+            Op::ApplyMembership => block_on(parts.sm.apply([membership(2, 6, &[1, 2, 3, 4])]))
+                .map(drop)
+                .map_err(|e| err(&e)),
+            Op::ApplyBlank => block_on(parts.sm.apply([blank(2, 6)]))
+                .map(drop)
+                .map_err(|e| err(&e)),
+            Op::AppendLog => parts
+                .log
+                .write_entries([blank(3, 7), membership(3, 8, &[1, 2]), blank(3, 9)])
+                .map_err(|e| err(&e)),
+            Op::Truncate => block_on(parts.log.truncate(log_id(1, 3))).map_err(|e| err(&e)),
+            Op::Purge => block_on(parts.log.purge(log_id(1, 3))).map_err(|e| err(&e)),
+            Op::SaveVote => block_on(parts.log.save_vote(&Vote::new(3, 2))).map_err(|e| err(&e)),
+            Op::Restore => {
+                let voters: BTreeMap<NodeId, String> =
+                    (1..=3).map(|id| (id, format!("new{id}:7001"))).collect();
+                block_on(restore_backup(
+                    Arc::new(parts.engine.clone()),
+                    1,
+                    &voters,
+                    inputs.backup.clone(),
+                ))
+                .map(drop)
+                .map_err(|e| err(&e))
+            }
+        }
+    }
+}
+
+/// What the operations install.
+struct Inputs {
+    snapshot: (SnapshotMeta<NodeId, BasicNode>, Vec<u8>),
+    backup: Vec<u8>,
+}
+
+fn inputs() -> Inputs {
+    Inputs {
+        snapshot: donor_snapshot(),
+        backup: take_backup(&donor().engine).expect("backup").data,
+    }
+}
+
+/// Everything a reader or a restarted node can observe.
+#[derive(Debug, PartialEq)]
+struct View {
+    pairs: Pairs,
+    reads: Vec<Guarded>,
+}
+
+fn view(parts: &Parts) -> View {
+    View {
+        pairs: parts.engine.dump(),
+        reads: EXECS
+            .iter()
+            .map(|x| {
+                parts
+                    .sm
+                    .store()
+                    .chain_if_authoritative(&exec(x))
+                    .expect("guarded read")
+            })
+            .collect(),
+    }
+}
+
+/// The operation's state before and after, and the writes and syncs it makes, fault-free.
+struct Reference {
+    old: View,
+    new: View,
+    writes: u64,
+    syncs: u64,
+}
+
+fn reference(op: Op, inputs: &Inputs) -> Reference {
+    let mut parts = open(&op.prepare());
+    let old = view(&parts);
+    let (writes, syncs) = (parts.engine.writes_total(), parts.engine.syncs_total());
+    op.run(&mut parts, inputs)
+        .unwrap_or_else(|e| panic!("{op:?} fails with no fault: {e}"));
+    let writes = parts.engine.writes_total() - writes;
+    let syncs = parts.engine.syncs_total() - syncs;
+    parts.engine.sync().expect("sync");
+    let new = view(&open(&parts.engine));
+    assert_ne!(old, new, "{op:?} must change the state");
+    Reference {
+        old,
+        new,
+        writes,
+        syncs,
+    }
+}
+
+fn assert_old_or_new(got: &View, reference: &Reference, context: &str) {
+    assert!(
+        *got == reference.old || *got == reference.new,
+        "{context}: the state is neither the old nor the new one\n got reads {:?}\n old reads {:?}\n new reads {:?}\n got keys {:?}",
+        got.reads,
+        reference.old.reads,
+        reference.new.reads,
+        got.pairs
+            .iter()
+            .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// Reopens the store after a crash: the store, the log state, the vote and the applied state
+/// read back, the state is the old or the new one, and a retry (when needed) reaches the new.
+fn reopen_and_retry(
+    engine: &MemEngine,
+    op: Op,
+    inputs: &Inputs,
+    reference: &Reference,
+    context: &str,
+) {
+    let mut parts = open(engine);
+    block_on(parts.log.get_log_state()).unwrap_or_else(|e| panic!("{context}: log state: {e}"));
+    block_on(parts.log.read_vote()).unwrap_or_else(|e| panic!("{context}: vote: {e}"));
+    block_on(parts.sm.applied_state()).unwrap_or_else(|e| panic!("{context}: applied: {e}"));
+    let got = view(&parts);
+    assert_old_or_new(&got, reference, &format!("{context}, reopened"));
+    if got != reference.new {
+        op.run(&mut parts, inputs)
+            .unwrap_or_else(|e| panic!("{context}: the retry fails: {e}"));
+        assert!(
+            view(&parts) == reference.new,
+            "{context}: the retry does not reach the new state"
+        );
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Write(u64),
+    Sync(u64),
+}
+
+/// Runs `op` with `fault`, reads at the moment it fails, then crashes keeping `keep` of the
+/// unsynced batches (`None`: count them and keep none). Returns the number of unsynced batches.
+fn faulted_run(
+    op: Op,
+    inputs: &Inputs,
+    reference: &Reference,
+    fault: Fault,
+    keep: Option<usize>,
+) -> usize {
+    let context = format!("{op:?}, {fault:?} fails, crash keeping {keep:?}");
+    let mut parts = open(&op.prepare());
+    match fault {
+        Fault::Write(n) => parts.engine.fail_write_after(n),
+        Fault::Sync(n) => parts.engine.fail_sync_after(n),
+    }
+    assert!(
+        op.run(&mut parts, inputs).is_err(),
+        "{context}: the fault must surface"
+    );
+    parts.engine.clear_faults();
+    assert_old_or_new(
+        &view(&parts),
+        reference,
+        &format!("{context}, read at the failure"),
+    );
+    let pending = parts.engine.pending_batches();
+    let engine = parts.engine.clone();
+    drop(parts);
+    engine.crash_keeping(keep.unwrap_or(0));
+    reopen_and_retry(&engine, op, inputs, reference, &context);
+    pending
+}
+
+#[test]
+fn a_fault_at_any_write_or_sync_of_a_raft_storage_operation_leaves_the_old_state_or_the_new() {
+    let inputs = inputs();
+    let mut faults = 0;
+    for op in OPS {
+        let reference = reference(op, &inputs);
+        assert!(reference.writes >= 1, "{op:?} writes");
+        let all = (1..=reference.writes)
+            .map(Fault::Write)
+            .chain((1..=reference.syncs).map(Fault::Sync));
+        for fault in all {
+            let pending = faulted_run(op, &inputs, &reference, fault, None);
+            for keep in 1..=pending {
+                faulted_run(op, &inputs, &reference, fault, Some(keep));
+            }
+            faults += 1;
+        }
+    }
+    assert!(faults > OPS.len(), "every operation faulted ({faults})");
+}
+
+#[test]
+fn a_crash_after_a_raft_storage_operation_keeps_the_old_state_or_the_new_and_the_new_once_durable()
+{
+    let inputs = inputs();
+    for op in OPS {
+        let reference = reference(op, &inputs);
+        let mut keep = 0;
+        loop {
+            let context = format!("{op:?} done, crash keeping {keep}");
+            let mut parts = open(&op.prepare());
+            op.run(&mut parts, &inputs).expect("no fault");
+            let pending = parts.engine.pending_batches();
+            let engine = parts.engine.clone();
+            drop(parts);
+            engine.crash_keeping(keep);
+            let got = view(&open(&engine));
+            assert_old_or_new(&got, &reference, &context);
+            if op.durable() {
+                assert!(
+                    got == reference.new,
+                    "{context}: {op:?} returned, so it must survive a crash"
+                );
+            }
+            reopen_and_retry(&engine, op, &inputs, &reference, &context);
+            if keep >= pending {
+                break;
+            }
+            keep += 1;
+        }
+    }
+}
+
+#[test]
+fn the_restored_store_is_the_backup_with_the_new_membership_and_a_purged_log() {
+    let inputs = inputs();
+    let mut parts = open(&Op::Restore.prepare());
+    Op::Restore.run(&mut parts, &inputs).expect("restore");
+    let parts = open(&parts.engine);
+    let donor = donor();
+    for x in EXECS {
+        assert_eq!(
+            parts.sm.store().chain_if_authoritative(&exec(x)).unwrap(),
+            donor.sm.store().chain_if_authoritative(&exec(x)).unwrap(),
+            "{x}"
+        );
+    }
+    let mut log = parts.log;
+    let state = block_on(log.get_log_state()).unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(3, 9)));
+    assert_eq!(state.last_log_id, Some(log_id(3, 9)));
+    assert_eq!(block_on(log.read_vote()).unwrap(), Some(Vote::new(3, 1)));
+    let mut sm = parts.sm;
+    let (applied, membership) = block_on(sm.applied_state()).unwrap();
+    assert_eq!(applied, Some(log_id(3, 9)));
+    let voters: Vec<NodeId> = membership.membership().voter_ids().collect();
+    assert_eq!(voters, vec![1, 2, 3]);
+}
