@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use chainstore_check::{Answer, Entry, Op};
 use chainstore_client::{
     AppendRequest, ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog, Guarded,
     LogEvent, ReadOptions, RetryPolicy,
@@ -662,6 +663,138 @@ pub fn state_digest(engine: &raft_store::MemEngine) -> u64 {
         }
     }
     hash
+}
+
+/// Simulated time, in nanoseconds, for the history.
+fn now_ns() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A process racing with others on a few executions: it appends its next event after the head
+/// it believes in (adopting the head a `not_head` names), sometimes retries an event whose answer
+/// was lost, and reads linearizably, each call sent to a random node with no retry inside the
+/// client. Every call and its answer enter the world's history, which is checked for
+/// linearizability once the run ends. After a lost answer the process stops being itself (the
+/// checker requires a process's calls not to overlap, and a lost call never ends): it goes on
+/// under a new process id.
+pub async fn race(
+    world: Shared,
+    nodes: Vec<u64>,
+    execs: Vec<String>,
+    racer: u64,
+    mut rng: SimRng,
+) -> turmoil::Result {
+    let actor = "racer";
+    let per_node: BTreeMap<u64, Client> = nodes
+        .iter()
+        .map(|n| (*n, client(&[*n], rng.next_u64(), 1)))
+        .collect();
+    while phase(&world) == Phase::Starting {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut heads: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut generation = 0u64;
+    let mut sent = 0u64;
+    let mut lost: Option<(String, Option<String>, String)> = None;
+    while phase(&world) == Phase::Load {
+        pause(&mut rng, 2, 30).await;
+        let node = *rng.pick(&nodes);
+        let client = &per_node[&node];
+        let process = racer * 1_000_000 + generation;
+        if rng.chance(0.25) {
+            let name = rng.pick(&execs).clone();
+            let call = now_ns();
+            let read = client.chain(&exec(&name), ReadOptions::default()).await;
+            let answer = match &read {
+                Ok(r) => match &r.answer {
+                    Guarded::Authoritative(events) => Answer::Chain {
+                        events: events.iter().map(|e| e.event_id.to_string()).collect(),
+                    },
+                    Guarded::CannotAnswer(_) => Answer::CannotAnswer,
+                },
+                Err(_) => Answer::Unknown,
+            };
+            let mut w = world.borrow_mut();
+            w.log(
+                actor,
+                format!("p{process} n{node} read {name} -> {answer:?}"),
+            );
+            w.history.push(Entry {
+                process,
+                execution: name,
+                call,
+                ret: now_ns(),
+                op: Op::Read,
+                answer,
+            });
+            continue;
+        }
+        // The next append: a retry of a lost one now and then, else a new event.
+        let (name, prev, event) = match lost.take().filter(|_| rng.chance(0.5)) {
+            Some(retry) => retry,
+            None => {
+                let name = rng.pick(&execs).clone();
+                sent += 1;
+                let prev = heads.get(&name).cloned().flatten();
+                (name, prev, format!("r{racer}-{sent}"))
+            }
+        };
+        let request = AppendRequest {
+            event_id: id(&event),
+            prev_event_id: prev.as_deref().map(id),
+            parent_execution_id: None,
+            payload: json!({ "by": racer }),
+            genesis: prev.is_none(),
+        };
+        let call = now_ns();
+        let outcome = client.append(&exec(&name), &request).await;
+        let answer = match &outcome {
+            Ok(done) => Answer::Appended {
+                seq: done.exec_seq,
+                duplicate: done.duplicate,
+            },
+            Err(ClientError::NotHead { expected, .. }) => Answer::NotHead {
+                expected: expected.as_ref().map(|e| e.to_string()),
+            },
+            Err(ClientError::EventConflict(_)) => Answer::EventConflict,
+            Err(_) => Answer::Unknown,
+        };
+        let mut w = world.borrow_mut();
+        w.log(
+            actor,
+            format!("p{process} n{node} {name}/{event} after {prev:?} -> {answer:?}"),
+        );
+        if let Err(err @ (ClientError::InvalidInput(_) | ClientError::TooLarge(_))) = &outcome {
+            w.violation(actor, format!("{name}/{event} refused as bad input: {err}"));
+        }
+        match &answer {
+            Answer::Appended { .. } => {
+                heads.insert(name.clone(), Some(event.clone()));
+            }
+            Answer::NotHead { expected } => {
+                heads.insert(name.clone(), expected.clone());
+            }
+            Answer::Unknown => {
+                // This process never learns what happened: a new one continues.
+                generation += 1;
+                lost = Some((name.clone(), prev.clone(), event.clone()));
+            }
+            _ => {}
+        }
+        w.history.push(Entry {
+            process,
+            execution: name,
+            call,
+            ret: now_ns(),
+            op: Op::Append {
+                event,
+                prev,
+                content: racer,
+            },
+            answer,
+        });
+    }
+    Ok(())
 }
 
 /// After the faults healed: the cluster serves again, every replica converges to the same state,

@@ -12,6 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret};
 use raft_store::MemEngine;
 
+use chainstore_check::Verdict;
+
 use crate::actors;
 use crate::net::{serve, SimTransport};
 use crate::rng::SimRng;
@@ -90,6 +92,14 @@ impl Report {
         }
         text
     }
+}
+
+/// Processes racing on the checked executions.
+const RACERS: u64 = 4;
+
+/// Whether this run adds the racing clients and checks their history (`CHAOS_LINEARIZABILITY=1`).
+fn linearizability_checked() -> bool {
+    std::env::var("CHAOS_LINEARIZABILITY").is_ok_and(|v| v == "1")
 }
 
 /// The simulated cluster is plaintext: peers authenticate by the secret, clients need nothing.
@@ -265,6 +275,21 @@ pub fn run(options: SimOptions) -> Report {
         "reader",
         actors::reader(Rc::clone(&world), ids.clone(), rng.fork(4)),
     );
+    // Racing clients whose history is checked for linearizability: opt-in while the search's
+    // cost on the longest histories is bounded (`CHAOS_LINEARIZABILITY=1`).
+    let racers = if linearizability_checked() { RACERS } else { 0 };
+    for racer in 0..racers {
+        sim.client(
+            format!("racer{racer}"),
+            actors::race(
+                Rc::clone(&world),
+                ids.clone(),
+                (0..2).map(|i| format!("race{i}")).collect(),
+                racer,
+                rng.fork(10 + racer),
+            ),
+        );
+    }
     let engines: Vec<(u64, MemEngine)> = cluster
         .engines
         .iter()
@@ -354,6 +379,23 @@ pub fn run(options: SimOptions) -> Report {
     }
     if w.phase != Phase::Done && w.violations.is_empty() {
         w.violation("sim", "the checker never finished");
+    }
+    if linearizability_checked() {
+        match chainstore_check::check(&w.history) {
+            Verdict::Linearizable { operations, .. } => {
+                *w.stats
+                    .entry("racing operations checked linearizable")
+                    .or_default() += operations as u64;
+            }
+            Verdict::Illegal(illegal) => w.violation("linearizability", illegal),
+            Verdict::Undecided {
+                execution,
+                operations,
+            } => w.violation(
+                "linearizability",
+                format!("the check of {execution} ({operations} operations) ran out of steps"),
+            ),
+        }
     }
     Report {
         options,

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
+use chainstore_check::History;
 use chainstore_client::{ChainEvent, Coverage, EventId, LogEvent};
 use serde_json::Value;
 
@@ -118,6 +119,9 @@ pub struct World {
     pub logs: BTreeMap<String, LogModel>,
     pub replicated: BTreeMap<String, ReplicatedModel>,
     pub stats: BTreeMap<&'static str, u64>,
+    /// Every call the racing processes made and what they were told, checked for
+    /// linearizability when the run ends.
+    pub history: History,
 }
 
 /// The handle the actors hold.
@@ -184,6 +188,7 @@ impl World {
             logs: BTreeMap::new(),
             replicated: BTreeMap::new(),
             stats: BTreeMap::new(),
+            history: History::default(),
         }))
     }
 

@@ -1,0 +1,303 @@
+//! The three node processes and the faults done to them: SIGKILL and restart, SIGSTOP and
+//! SIGCONT, and a cut from the peers (iptables rules matching the node's Unix user, so clients on
+//! loopback still reach it).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Tags every iptables rule of a run, so that cleaning up removes exactly those.
+const RULE_TAG: &str = "chainstore-robustness";
+
+/// One node process.
+pub struct NodeProc {
+    pub id: u64,
+    pub port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+    secret: PathBuf,
+    /// The Unix user and group the node runs as (`None`: this process's own; no cuts possible).
+    pub uid: Option<(u32, u32)>,
+    child: Option<Child>,
+    pub stopped: bool,
+    pub cut: bool,
+}
+
+/// The cluster: its nodes and how they are started.
+pub struct Cluster {
+    pub nodes: Vec<NodeProc>,
+    bin: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl Cluster {
+    /// Lays out `dir` for three nodes on `base_port ..`; `uids` (user and group, one per node,
+    /// or empty) are who the nodes run as.
+    pub fn new(
+        bin: PathBuf,
+        dir: &Path,
+        base_port: u16,
+        uids: &[(u32, u32)],
+        extra_args: Vec<String>,
+    ) -> std::io::Result<Self> {
+        let secret = random_hex(24)?;
+        let mut nodes = Vec::new();
+        for id in 1..=3u64 {
+            let data_dir = dir.join(format!("node-{id}"));
+            fs::create_dir_all(&data_dir)?;
+            let uid = uids.get(id as usize - 1).copied();
+            let secret_path = dir.join(format!("node-{id}.secret"));
+            fs::write(&secret_path, &secret)?;
+            fs::set_permissions(&secret_path, fs::Permissions::from_mode(0o600))?;
+            if let Some(uid) = uid {
+                chown(&data_dir, uid)?;
+                chown(&secret_path, uid)?;
+            }
+            nodes.push(NodeProc {
+                id,
+                port: base_port + id as u16 - 1,
+                data_dir,
+                log: dir.join(format!("node-{id}.log")),
+                secret: secret_path,
+                uid,
+                child: None,
+                stopped: false,
+                cut: false,
+            });
+        }
+        Ok(Self {
+            nodes,
+            bin,
+            extra_args,
+        })
+    }
+
+    pub fn url(&self, id: u64) -> String {
+        format!("http://127.0.0.1:{}", self.node(id).port)
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| self.url(n.id)).collect()
+    }
+
+    pub fn node(&self, id: u64) -> &NodeProc {
+        &self.nodes[id as usize - 1]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut NodeProc {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// Starts node `id` (every node is given the same bootstrap voters; the lowest id
+    /// initializes the cluster once).
+    pub fn start(&mut self, id: u64) -> std::io::Result<()> {
+        let voters: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("{}=127.0.0.1:{}", n.id, n.port))
+            .collect();
+        let node = &self.nodes[id as usize - 1];
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)?;
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.port))
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .arg("--cluster-secret-file")
+            .arg(&node.secret)
+            .arg("--bootstrap-voters")
+            .arg(voters.join(","))
+            .args(["--insecure-no-tls", "--insecure-no-client-auth"])
+            .args(&self.extra_args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some((uid, gid)) = node.uid {
+            command.uid(uid).gid(gid);
+        }
+        let child = command.spawn()?;
+        let node = self.node_mut(id);
+        node.child = Some(child);
+        node.stopped = false;
+        Ok(())
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.node(id).child.is_some()
+    }
+
+    /// SIGKILL, and reaps the process.
+    pub fn kill(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        node.stopped = false;
+    }
+
+    fn signal(&mut self, id: u64, signal: libc::c_int) {
+        if let Some(child) = &self.node(id).child {
+            // The pid is our own child's, alive or a zombie we have not reaped: never reused.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, signal);
+            }
+        }
+    }
+
+    /// SIGSTOP: the process is frozen, its sockets open.
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        self.node_mut(id).stopped = true;
+    }
+
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, libc::SIGCONT);
+        self.node_mut(id).stopped = false;
+    }
+
+    /// Cuts node `id` off from its peers in both directions; clients still reach it.
+    pub fn cut(&mut self, id: u64) -> Result<(), String> {
+        self.cut_rules(id, "-I")?;
+        self.node_mut(id).cut = true;
+        Ok(())
+    }
+
+    pub fn heal(&mut self, id: u64) -> Result<(), String> {
+        self.cut_rules(id, "-D")?;
+        self.node_mut(id).cut = false;
+        Ok(())
+    }
+
+    fn cut_rules(&self, id: u64, action: &str) -> Result<(), String> {
+        let me = self.node(id);
+        let (my_uid, _) = me.uid.ok_or("cuts need one Unix user per node")?;
+        for other in self.nodes.iter().filter(|n| n.id != id) {
+            let (other_uid, _) = other.uid.ok_or("cuts need one Unix user per node")?;
+            // What this node sends to the other's port, and what the other sends to this one's.
+            for (uid, port) in [(my_uid, other.port), (other_uid, me.port)] {
+                iptables(&[
+                    action,
+                    "OUTPUT",
+                    "-o",
+                    "lo",
+                    "-p",
+                    "tcp",
+                    "--dport",
+                    &port.to_string(),
+                    "-m",
+                    "owner",
+                    "--uid-owner",
+                    &uid.to_string(),
+                    "-m",
+                    "comment",
+                    "--comment",
+                    RULE_TAG,
+                    "-j",
+                    "DROP",
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every fault: cuts healed, paused nodes resumed, stopped nodes started.
+    pub fn heal_all(&mut self) -> Result<(), String> {
+        remove_tagged_rules()?;
+        for id in 1..=3 {
+            self.node_mut(id).cut = false;
+            if self.node(id).stopped {
+                self.resume(id);
+            }
+            if !self.is_running(id) {
+                self.start(id).map_err(|e| format!("start n{id}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills every node (at the end of the run, or on the way out after a failure).
+    pub fn kill_all(&mut self) {
+        for id in 1..=3 {
+            if self.node(id).stopped {
+                self.resume(id);
+            }
+            self.kill(id);
+        }
+        let _ = remove_tagged_rules();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+fn iptables(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("iptables")
+        .args(["-w", "5"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("iptables: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Removes every rule this tool added (from this run or an earlier one that died).
+pub fn remove_tagged_rules() -> Result<(), String> {
+    let out = Command::new("iptables")
+        .args(["-w", "5", "-S", "OUTPUT"])
+        .output()
+        .map_err(|e| format!("iptables: {e}"))?;
+    if !out.status.success() {
+        // No iptables (runs without cuts): nothing to remove.
+        return Ok(());
+    }
+    for rule in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(spec) = rule.strip_prefix("-A ").filter(|r| r.contains(RULE_TAG)) {
+            let mut args = vec!["-D"];
+            args.extend(spec.split_whitespace());
+            iptables(&args)?;
+        }
+    }
+    Ok(())
+}
+
+fn chown(path: &Path, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid))
+}
+
+/// The user and group ids of `name`, from `/etc/passwd`.
+pub fn user_ids(name: &str) -> Result<(u32, u32), String> {
+    let passwd = fs::read_to_string("/etc/passwd").map_err(|e| format!("/etc/passwd: {e}"))?;
+    passwd
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.first() == Some(&name))
+        .and_then(|fields| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
+        .ok_or_else(|| format!("no user {name} in /etc/passwd"))
+}
+
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    use std::io::Read;
+    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
