@@ -118,6 +118,47 @@ fn informative(entry: &Entry) -> bool {
     )
 }
 
+/// Every event id the history shows to exist or to have been expected to: in a chain read, named
+/// by `not_head`, answered for (ok, duplicate or a conflict with it), or sent as a `prev`.
+fn observed_events<'a>(entries: &[&'a Entry]) -> HashSet<&'a str> {
+    let mut seen = HashSet::new();
+    for entry in entries {
+        if let Op::Append { event, prev, .. } = &entry.op {
+            if let Some(prev) = prev {
+                seen.insert(prev.as_str());
+            }
+            if matches!(
+                entry.answer,
+                Answer::Appended { .. } | Answer::EventConflict
+            ) {
+                seen.insert(event.as_str());
+            }
+        }
+        match &entry.answer {
+            Answer::Chain { events } => seen.extend(events.iter().map(String::as_str)),
+            Answer::NotHead {
+                expected: Some(head),
+            } => {
+                seen.insert(head.as_str());
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// A lost append whose event nothing ever shows. Dropping it is sound: it may always be placed
+/// after every other operation as one that did not happen. And nothing is lost: had it happened
+/// before an observed operation, that operation would show its event (a chain holds it, a
+/// `not_head` names it as the head, the next event names it as its `prev`, an append of the same
+/// id answers duplicate or conflict).
+fn unobserved_lost_append(entry: &Entry, observed: &HashSet<&str>) -> bool {
+    match (&entry.op, &entry.answer) {
+        (Op::Append { event, .. }, Answer::Unknown) => !observed.contains(event.as_str()),
+        _ => false,
+    }
+}
+
 /// When an operation's answer counts as received: never for a lost one.
 fn returned(entry: &Entry) -> u64 {
     if entry.answer == Answer::Unknown {
@@ -221,7 +262,12 @@ fn key(placed: &[u64], chain: &Chain) -> (Vec<u64>, usize, u64) {
 
 /// Checks one execution's operations.
 pub fn check_execution(execution: &str, entries: &[&Entry]) -> Verdict {
-    let ops: Vec<&Entry> = entries.iter().copied().filter(|e| informative(e)).collect();
+    let observed = observed_events(entries);
+    let ops: Vec<&Entry> = entries
+        .iter()
+        .copied()
+        .filter(|e| informative(e) && !unobserved_lost_append(e, &observed))
+        .collect();
     let n = ops.len();
     let mut events = Events::new(&ops);
     let mut placed = vec![0u64; n.div_ceil(64)];
