@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use chainstore_check::{Answer, Entry, Op};
 use chainstore_client::{
-    AppendRequest, ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog, Guarded,
-    LogEvent, ReadOptions, RetryPolicy,
+    AppendRequest, Appended, ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog,
+    Guarded, GuardedRead, LogEvent, ReadOptions, RetryPolicy,
 };
 use chainstore_transport::Transport;
 use serde_json::{json, Value};
@@ -665,6 +665,35 @@ pub fn state_digest(engine: &raft_store::MemEngine) -> u64 {
     hash
 }
 
+/// What a linearizable read told the caller, as the history records it.
+pub fn read_answer(read: &Result<GuardedRead, ClientError>) -> Answer {
+    match read {
+        Ok(r) => match &r.answer {
+            Guarded::Authoritative(events) => Answer::Chain {
+                events: events.iter().map(|e| e.event_id.to_string()).collect(),
+            },
+            Guarded::CannotAnswer(_) => Answer::CannotAnswer,
+        },
+        Err(_) => Answer::Unknown,
+    }
+}
+
+/// What an append told the caller, as the history records it: every failure but a definite
+/// refusal says nothing about whether the append happened.
+pub fn append_answer(outcome: &Result<Appended, ClientError>) -> Answer {
+    match outcome {
+        Ok(done) => Answer::Appended {
+            seq: done.exec_seq,
+            duplicate: done.duplicate,
+        },
+        Err(ClientError::NotHead { expected, .. }) => Answer::NotHead {
+            expected: expected.as_ref().map(|e| e.to_string()),
+        },
+        Err(ClientError::EventConflict(_)) => Answer::EventConflict,
+        Err(_) => Answer::Unknown,
+    }
+}
+
 /// Simulated time, in nanoseconds, for the history.
 fn now_ns() -> u64 {
     turmoil::sim_elapsed().map_or(0, |d| d.as_nanos() as u64)
@@ -704,16 +733,7 @@ pub async fn race(
         if rng.chance(0.25) {
             let name = rng.pick(&execs).clone();
             let call = now_ns();
-            let read = client.chain(&exec(&name), ReadOptions::default()).await;
-            let answer = match &read {
-                Ok(r) => match &r.answer {
-                    Guarded::Authoritative(events) => Answer::Chain {
-                        events: events.iter().map(|e| e.event_id.to_string()).collect(),
-                    },
-                    Guarded::CannotAnswer(_) => Answer::CannotAnswer,
-                },
-                Err(_) => Answer::Unknown,
-            };
+            let answer = read_answer(&client.chain(&exec(&name), ReadOptions::default()).await);
             let mut w = world.borrow_mut();
             w.log(
                 actor,
@@ -748,17 +768,7 @@ pub async fn race(
         };
         let call = now_ns();
         let outcome = client.append(&exec(&name), &request).await;
-        let answer = match &outcome {
-            Ok(done) => Answer::Appended {
-                seq: done.exec_seq,
-                duplicate: done.duplicate,
-            },
-            Err(ClientError::NotHead { expected, .. }) => Answer::NotHead {
-                expected: expected.as_ref().map(|e| e.to_string()),
-            },
-            Err(ClientError::EventConflict(_)) => Answer::EventConflict,
-            Err(_) => Answer::Unknown,
-        };
+        let answer = append_answer(&outcome);
         let mut w = world.borrow_mut();
         w.log(
             actor,

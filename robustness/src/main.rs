@@ -27,8 +27,9 @@ use chainstore_check::{Answer, Entry, Op, Verdict};
 use chainstore_client::{Consistency, Guarded, ReadOptions};
 use clap::Parser;
 
+use chaos::rng::SimRng as Rng;
 use cluster::Cluster;
-use workload::{exec, lock, single_node_client, Rng, Shared};
+use workload::{exec, lock, single_node_client, Shared};
 
 #[derive(Parser, Debug)]
 #[command(about = "A fault run of three chainstore-node processes, every answer checked")]
@@ -98,6 +99,7 @@ fn main() {
         .worker_threads(2)
         .enable_all()
         .build()
+        // Fails only when the process cannot create threads: nothing to run then.
         .expect("a tokio runtime");
     let code = runtime.block_on(run(args));
     std::process::exit(code);
@@ -108,7 +110,10 @@ async fn run(args: Args) -> i32 {
         eprintln!("{} is not empty", args.dir.display());
         return 2;
     }
-    std::fs::create_dir_all(&args.dir).expect("run directory");
+    if let Err(e) = std::fs::create_dir_all(&args.dir) {
+        eprintln!("creating {}: {e}", args.dir.display());
+        return 2;
+    }
     let users = match args
         .users
         .iter()
@@ -419,6 +424,7 @@ async fn nemesis(
                 round.swap(i, rng.range(0, i as u64 + 1) as usize);
             }
         }
+        // The round was refilled just above when it was empty.
         let kind = round.pop().expect("a fault");
         let leader = leader_of(&urls).await;
         let node = match kind {

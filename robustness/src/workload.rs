@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use chainstore_check::{Answer, Entry, History, Op};
 use chainstore_client::{
-    AppendRequest, Client, ClientError, EventId, ExecutionId, Guarded, ReadOptions, RetryPolicy,
+    AppendRequest, Client, ClientError, EventId, ExecutionId, ReadOptions, RetryPolicy,
 };
+use chaos::actors::{append_answer, read_answer};
+use chaos::rng::SimRng as Rng;
 use serde_json::json;
 
 /// What the clients share: the start of time, the history, the acknowledged appends, the
@@ -74,36 +76,6 @@ pub fn single_node_client(url: &str, timeout: Duration) -> Client {
         .unwrap_or_else(|e| panic!("client of {url}: {e}"))
 }
 
-/// A small deterministic generator (splitmix64), one per task, seeded from the run's seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[low, high)`.
-    pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next_u64() % (high - low).max(1)
-    }
-
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.range(0, items.len() as u64) as usize]
-    }
-}
-
 /// A process racing with the others on `execs`: appends after the head it believes in (adopting
 /// the head a `not_head` names), retries a lost event now and then, reads linearizably; each
 /// call goes to a random node, with no retry. After a lost answer it continues under a new
@@ -130,15 +102,7 @@ pub async fn racer(
         if rng.chance(0.25) {
             let name = rng.pick(&execs).clone();
             let call = shared.now_ns();
-            let answer = match client.chain(&exec(&name), ReadOptions::default()).await {
-                Ok(read) => match read.answer {
-                    Guarded::Authoritative(events) => Answer::Chain {
-                        events: events.iter().map(|e| e.event_id.to_string()).collect(),
-                    },
-                    Guarded::CannotAnswer(_) => Answer::CannotAnswer,
-                },
-                Err(_) => Answer::Unknown,
-            };
+            let answer = read_answer(&client.chain(&exec(&name), ReadOptions::default()).await);
             shared.record(Entry {
                 process,
                 execution: name,
@@ -168,17 +132,7 @@ pub async fn racer(
         let call = shared.now_ns();
         let outcome = client.append(&exec(&name), &request).await;
         let ret = shared.now_ns();
-        let answer = match &outcome {
-            Ok(done) => Answer::Appended {
-                seq: done.exec_seq,
-                duplicate: done.duplicate,
-            },
-            Err(ClientError::NotHead { expected, .. }) => Answer::NotHead {
-                expected: expected.as_ref().map(|e| e.to_string()),
-            },
-            Err(ClientError::EventConflict(_)) => Answer::EventConflict,
-            Err(_) => Answer::Unknown,
-        };
+        let answer = append_answer(&outcome);
         match &answer {
             Answer::Appended { .. } => {
                 heads.insert(name.clone(), Some(event.clone()));
