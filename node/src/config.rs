@@ -29,6 +29,10 @@ pub struct Limits {
     pub min_index_wait: Duration,
     /// Deadline of one forwarded request to the leader.
     pub forward_timeout: Duration,
+    /// How long a membership change (and a new learner's catch-up) may take. Shorter than
+    /// `request_timeout`, so that the caller hears which step did not finish rather than a bare
+    /// deadline.
+    pub membership_timeout: Duration,
     /// Deadline of one Raft RPC (openraft's hard TTL governs; this bounds connection set-up).
     pub rpc_connect_timeout: Duration,
     /// Most changes one `/v1/changes` page returns.
@@ -54,6 +58,7 @@ impl Default for Limits {
             write_timeout: Duration::from_secs(5),
             min_index_wait: Duration::from_secs(5),
             forward_timeout: Duration::from_secs(8),
+            membership_timeout: Duration::from_secs(8),
             rpc_connect_timeout: Duration::from_secs(1),
             changes_page_max: 10_000,
             peer_response_bytes_max: 256 << 20,

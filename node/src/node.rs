@@ -538,7 +538,7 @@ impl Node {
     /// A learner that cannot be reached (or whose certificate does not name it) stays a learner
     /// and the call answers unavailable.
     pub async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), MembershipError> {
-        let deadline = tokio::time::Instant::now() + self.config.limits.request_timeout;
+        let deadline = tokio::time::Instant::now() + self.config.limits.membership_timeout;
         // openraft's own blocking wait gives up silently after a short while; this one says so.
         let change = self.raft.add_learner(id, BasicNode::new(addr), false);
         let added = tokio::time::timeout_at(deadline, change).await;
@@ -562,7 +562,7 @@ impl Node {
     /// Makes exactly `voters` the voting members (each must already be a member).
     pub async fn change_voters(&self, voters: BTreeSet<NodeId>) -> Result<(), MembershipError> {
         let change = self.raft.change_membership(voters, false);
-        membership_result(tokio::time::timeout(self.config.limits.request_timeout, change).await)
+        membership_result(tokio::time::timeout(self.config.limits.membership_timeout, change).await)
     }
 }
 
