@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the build needs, builds once, runs the
-# workspace's tests with cargo-nextest (or cargo test where nextest is missing), validates the
-# Kubernetes manifests, runs the compose cluster under failures, and the local cluster demo.
+# workspace's tests with cargo-nextest (or cargo test where nextest is missing), a fault run of
+# the real binary, validates the Kubernetes manifests, runs the compose cluster under failures,
+# and the local cluster demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/prereqs.sh
@@ -12,6 +13,13 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace "$@"
 fi
+
+# A fault run of the real binary: SIGKILL, SIGSTOP and cuts from the peers under racing
+# clients, the history checked for linearizability. A new seed each run (printed; longer runs
+# and chosen seeds by hand: scripts/robustness.sh --seed N --duration S).
+robustness_seed=${CHAINSTORE_ROBUSTNESS_SEED:-$(( $(date +%s) % 1000000 ))}
+echo "robustness run: seed $robustness_seed"
+scripts/robustness.sh --seed "$robustness_seed" --duration "${CHAINSTORE_ROBUSTNESS_SECS:-60}"
 
 # The Kubernetes manifests against the Kubernetes schemas (offline: the tool ships them).
 ensure_pip_command kubernetes-validate kubernetes-validate

@@ -89,9 +89,12 @@ pub struct RaftTimings {
 impl Default for RaftTimings {
     fn default() -> Self {
         Self {
+            // A follower that has heard from a leader waits out the leader's lease (openraft
+            // sets it to `election_max`) and then its own election timeout before it stands:
+            // 0.9 to 1.2 s without a heartbeat with these values, nine heartbeats at least.
             heartbeat: Duration::from_millis(100),
-            election_min: Duration::from_millis(500),
-            election_max: Duration::from_millis(1000),
+            election_min: Duration::from_millis(300),
+            election_max: Duration::from_millis(600),
             snapshot_after_entries: 20_000,
             log_entries_kept: 5_000,
             purge_batch_entries: 1_024,

@@ -11,8 +11,9 @@
 //!   [`api::auth`] applies them per route.
 //! - [`server`]: the accept loop (TCP, TLS, HTTP/1.1); [`tls`]: the node's certificates,
 //!   reloaded without a restart.
-//! - [`config`], [`metrics`], [`timed`], [`latch`]: configuration, Prometheus metrics (write
-//!   timings come from a wrapper around the engine), per-execution latches.
+//! - [`config`], [`metrics`], [`watched`], [`latch`]: configuration, Prometheus metrics, the
+//!   engine wrapper that times writes and turns the first storage error into a stopped node,
+//!   per-execution latches.
 //!
 //! This crate knows nothing about key encodings: storage is `raft-store`'s.
 
@@ -29,8 +30,8 @@ pub mod node;
 pub mod raft_api;
 pub mod security;
 pub mod server;
-pub mod timed;
 pub mod tls;
+pub mod watched;
 
 pub use api::app;
 pub use chainstore_transport::{

@@ -26,7 +26,7 @@ use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
 use crate::network::{Network, PeerCredentials};
-use crate::timed::TimedEngine;
+use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
 
 /// The store type a node serves from.
@@ -129,6 +129,7 @@ pub struct Node {
     transport: Arc<dyn Transport>,
     peer_credentials: PeerCredentials,
     metrics: Arc<Metrics>,
+    health: Arc<StorageHealth>,
 }
 
 impl Node {
@@ -147,7 +148,12 @@ impl Node {
             ..StoreConfig::default()
         };
         let metrics = Arc::new(Metrics::default());
-        let engine: Arc<dyn Engine> = Arc::new(TimedEngine::new(engine, Arc::clone(&metrics)));
+        let health = Arc::new(StorageHealth::default());
+        let engine: Arc<dyn Engine> = Arc::new(WatchedEngine::new(
+            engine,
+            Arc::clone(&metrics),
+            Arc::clone(&health),
+        ));
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
         let log_store = LogStore::new(Arc::clone(&engine));
         let state_machine = StateMachine::new(Arc::clone(&store));
@@ -157,6 +163,22 @@ impl Node {
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        // A storage failure stops Raft: this node no longer votes, appends or acknowledges.
+        let stopping = raft.clone();
+        let watching = Arc::clone(&health);
+        let id = config.id;
+        tokio::spawn(async move {
+            let failure = watching.failed().await;
+            tracing::error!(
+                node = id,
+                %failure,
+                "storage failed: Raft stops on this node (no votes, no appends, no answers) until \
+                 it is restarted on a sound disk"
+            );
+            if let Err(err) = stopping.shutdown().await {
+                tracing::warn!(%err, "raft shutdown after a storage failure reported an error");
+            }
+        });
         Ok(Arc::new(Node {
             config,
             raft,
@@ -165,6 +187,7 @@ impl Node {
             transport,
             peer_credentials,
             metrics,
+            health,
         }))
     }
 
@@ -213,6 +236,11 @@ impl Node {
         &self.metrics
     }
 
+    /// The first storage error this process saw: once set, Raft is stopped and reads refused.
+    pub fn storage_failure(&self) -> Option<String> {
+        self.health.failure()
+    }
+
     /// The latest Raft metrics.
     pub fn raft_metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
         self.raft.metrics().borrow().clone()
@@ -244,6 +272,11 @@ impl Node {
 
     /// Waits until this node is the leader and has applied an entry of its current term.
     async fn ready_leader(&self) -> Result<(), WriteError> {
+        if let Some(failure) = self.storage_failure() {
+            return Err(WriteError::Unavailable(format!(
+                "this node's storage failed: {failure}"
+            )));
+        }
         let mut metrics = self.raft.metrics();
         let wait = async {
             loop {
@@ -465,6 +498,12 @@ impl Node {
         consistency: Consistency,
         min_index: Option<u64>,
     ) -> Result<u64, ReadError> {
+        if let Some(failure) = self.storage_failure() {
+            return Err(ReadError::Unavailable {
+                message: format!("this node's storage failed: {failure}"),
+                applied_index: self.applied_index(),
+            });
+        }
         let applied = match consistency {
             Consistency::Linearizable => self.read_index().await?,
             Consistency::Local => self.applied_index(),

@@ -73,30 +73,31 @@ fn populated() -> (MemEngine, ChainStore<MemEngine>) {
     (engine, store)
 }
 
-/// Runs every read and write against the store; each must return `Ok` or `Corrupted`.
-fn exercise(store: &ChainStore<MemEngine>) -> Vec<Result<(), StorageError>> {
+/// Runs every read and write against the store; each must return `Ok` or `Corrupted`. An `Ok`
+/// is given as its answer's debug text.
+fn exercise(store: &ChainStore<MemEngine>) -> Vec<Result<String, StorageError>> {
+    fn text<T: std::fmt::Debug>(result: Result<T, StorageError>) -> Result<String, StorageError> {
+        result.map(|answer| format!("{answer:?}"))
+    }
     let mut results = Vec::new();
     for name in ["x", "y"] {
         let x = exec(name);
-        results.push(store.chain(&x).map(drop));
-        results.push(store.chain_if_authoritative(&x).map(drop));
-        results.push(store.state(&x).map(drop));
-        results.push(store.walk_from_head(&x).map(drop));
-        results.push(store.event(&x, &eid("b")).map(drop));
-        results.push(store.authority(&x).map(drop));
-        results.push(store.coverage(&x).map(drop));
-        results.push(store.head(&x).map(drop));
-        results.push(
-            store
-                .append(&x, &req("b", Some("a")), 9)
-                .map(drop)
-                .map_err(|e| match e {
-                    raft_store::AppendError::Storage(s) => s,
-                    other => StorageError::Io(format!("not a storage error: {other}")),
-                }),
-        );
+        results.push(text(store.chain(&x)));
+        results.push(text(store.chain_if_authoritative(&x)));
+        results.push(text(store.state(&x)));
+        results.push(text(store.walk_from_head(&x)));
+        results.push(text(store.event(&x, &eid("b"))));
+        results.push(text(store.authority(&x)));
+        results.push(text(store.coverage(&x)));
+        results.push(text(store.head(&x)));
+        results.push(text(store.append(&x, &req("b", Some("a")), 9).map_err(
+            |e| match e {
+                raft_store::AppendError::Storage(s) => s,
+                other => StorageError::Io(format!("not a storage error: {other}")),
+            },
+        )));
     }
-    results.push(store.changes(0, 100).map(drop));
+    results.push(text(store.changes(0, 100)));
     results
 }
 
@@ -119,7 +120,7 @@ fn every_damaged_record_reads_as_corrupted_not_a_panic() {
             engine.write(batch).unwrap();
             for result in exercise(&store) {
                 match result {
-                    Ok(()) | Err(StorageError::Corrupted(_)) => {}
+                    Ok(_) | Err(StorageError::Corrupted(_)) => {}
                     Err(StorageError::Io(message))
                         if message.starts_with("not a storage error") => {}
                     Err(other) => {
@@ -164,5 +165,58 @@ proptest! {
         engine.write(batch).unwrap();
         let _ = exercise(&store);
         let _ = ChainStore::open(engine, StoreConfig::default());
+    }
+}
+
+#[test]
+fn a_flipped_bit_in_any_stored_value_is_caught_by_its_checksum() {
+    let undamaged = exercise(&populated().1);
+    let (engine, _) = populated();
+    let records: Vec<(Vec<u8>, usize)> = engine
+        .dump()
+        .into_iter()
+        .map(|(k, v)| (k, v.len() + raft_store::engine::CHECKSUM_BYTES))
+        .collect();
+    for (nth, (key, stored_len)) in records.iter().enumerate() {
+        // The first and last bit of the value, one in its middle, and one in the checksum.
+        for bit in [0, stored_len * 4, (stored_len - 1) * 8 - 1, stored_len * 8 - 1] {
+            let (engine, store) = populated();
+            assert_eq!(engine.corrupt_stored(nth, bit).as_ref(), Some(key));
+            let name = String::from_utf8_lossy(key);
+            assert!(
+                matches!(engine.get(key), Err(StorageError::Corrupted(_))),
+                "{name}, bit {bit}: read back without complaint"
+            );
+            for (answer, truth) in exercise(&store).into_iter().zip(&undamaged) {
+                match answer {
+                    Err(StorageError::Corrupted(_)) => {}
+                    answer => assert_eq!(
+                        &answer, truth,
+                        "{name}, bit {bit}: an answer other than the undamaged store's"
+                    ),
+                }
+            }
+            match ChainStore::open(engine, StoreConfig::default()) {
+                Ok(_) | Err(OpenError::Storage(StorageError::Corrupted(_))) => {}
+                Err(other) => panic!("{name}, bit {bit}: opening said {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_value_under_another_key_or_cut_short_is_corrupted() {
+    use raft_store::engine::{seal, unseal};
+    let sealed = seal(b"key", b"value".to_vec());
+    assert_eq!(unseal(b"key", sealed.clone()).unwrap(), b"value");
+    assert!(matches!(
+        unseal(b"kez", sealed.clone()),
+        Err(StorageError::Corrupted(_))
+    ));
+    for cut in 0..sealed.len() {
+        assert!(matches!(
+            unseal(b"key", sealed[..cut].to_vec()),
+            Err(StorageError::Corrupted(_))
+        ));
     }
 }

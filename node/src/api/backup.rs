@@ -33,6 +33,9 @@ pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -
         }
         let backup = take_backup(node.store().engine()).map_err(|err| match err {
             BackupError::Empty => ApiError::unavailable("the node has applied nothing yet"),
+            BackupError::Storage(m) => ApiError::unavailable(format!(
+                "this node's storage failed ({m}); ask another node"
+            )),
             other => ApiError::Internal(other.to_string()),
         })?;
         let mut response = backup.data.into_response();

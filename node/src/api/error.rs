@@ -47,7 +47,7 @@ pub enum ApiError {
         /// The node's applied index, when it matters (a lagging local read).
         applied_index: Option<u64>,
     },
-    /// 500: stored data is damaged; the node refuses to guess.
+    /// 500: the node's own invariant broke (a malformed effect from the leader).
     Internal(String),
 }
 
@@ -122,13 +122,17 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A storage error is this node's failure, not the cluster's: the node stops Raft and serves
+/// nothing more (`watched`), so the answer is 503 and the caller retries another node.
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         match err {
-            StorageError::Io(m) => ApiError::unavailable(format!("storage I/O error: {m}")),
-            StorageError::Corrupted(m) => {
-                ApiError::Internal(format!("stored data is corrupted: {m}"))
-            }
+            StorageError::Io(m) => ApiError::unavailable(format!(
+                "this node's storage failed (I/O error: {m}); ask another node"
+            )),
+            StorageError::Corrupted(m) => ApiError::unavailable(format!(
+                "this node's stored data is corrupted ({m}); ask another node"
+            )),
         }
     }
 }

@@ -18,18 +18,27 @@ pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// Readiness: a leader is known and this node has applied (nearly) all of its log.
+/// Readiness: storage is sound, Raft runs, a leader is known and this node has applied (nearly)
+/// all of its log.
 pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let m = node.raft_metrics();
     let applied = m.last_applied.as_ref().map_or(0, |id| id.index);
     let last_log = m.last_log_index.unwrap_or(0);
     let lag = last_log.saturating_sub(applied);
+    let storage_failure = node.storage_failure();
+    let raft_stopped = m.running_state.as_ref().err().map(|e| e.to_string());
     let body = json!({
         "leader_id": m.current_leader,
         "last_log_index": last_log,
         "last_applied": applied,
+        "storage_failure": storage_failure,
+        "raft_stopped": raft_stopped,
     });
-    if m.current_leader.is_some() && lag <= READY_APPLY_LAG_MAX {
+    if storage_failure.is_none()
+        && raft_stopped.is_none()
+        && m.current_leader.is_some()
+        && lag <= READY_APPLY_LAG_MAX
+    {
         (StatusCode::OK, Json(body)).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()

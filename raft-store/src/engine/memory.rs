@@ -5,7 +5,11 @@
 //! would. `crash_keeping(n)` keeps the first `n` pending batches, which models a write-ahead log
 //! recovered up to some point: a crash never tears a batch, and never keeps a later batch
 //! without the earlier ones. Faults can be scheduled: the Nth write or sync from now fails with an
-//! I/O error and changes nothing.
+//! I/O error and changes nothing; a sync fails after making only some of the pending batches
+//! durable and forgetting the rest (which reads still see, as a page cache does after a failed
+//! fsync); the Nth read fails, or returns a value with a flipped bit; a stored value is damaged
+//! in place. Values are stored sealed with their checksum ([`super::seal`]), so damage reads as
+//! `Corrupted`.
 //!
 //! Determinism: ordered maps only, no clock, no threads, no randomness. Clones share one store,
 //! so a simulation can hold a handle outside a node and "restart" the node on it.
@@ -14,7 +18,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
+use super::{seal, unseal, Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -30,6 +34,13 @@ struct State {
     fail_write_in: Option<u64>,
     /// Syncs still to go before the scheduled sync failure.
     fail_sync_in: Option<u64>,
+    /// When the scheduled sync fails: how many pending batches it made durable before failing
+    /// (the rest are forgotten); `None`: it made nothing durable and forgot nothing.
+    fail_sync_keeps: Option<usize>,
+    /// Reads still to go before the scheduled read failure.
+    fail_read_in: Option<u64>,
+    /// Reads returning a value still to go before one returns a damaged value.
+    corrupt_read_in: Option<u64>,
     /// Every write from now on fails (a disk that went read-only).
     fail_all_writes: bool,
     /// Number of successful writes since creation.
@@ -98,7 +109,50 @@ impl MemEngine {
 
     /// Makes the `n`th sync from now fail without making anything durable.
     pub fn fail_sync_after(&self, n: u64) {
-        self.lock().fail_sync_in = Some(n.max(1));
+        let mut state = self.lock();
+        state.fail_sync_in = Some(n.max(1));
+        state.fail_sync_keeps = None;
+    }
+
+    /// Makes the `n`th sync from now fail after making the first `keep` pending batches durable;
+    /// the later ones stay visible to reads but are forgotten: no later sync makes them durable,
+    /// and a crash loses them (what a failed fsync does to dirty pages on Linux).
+    pub fn fail_sync_after_losing(&self, n: u64, keep: usize) {
+        let mut state = self.lock();
+        state.fail_sync_in = Some(n.max(1));
+        state.fail_sync_keeps = Some(keep);
+    }
+
+    /// Makes the `n`th read (`get` or `scan`) from now fail with an I/O error.
+    pub fn fail_read_after(&self, n: u64) {
+        self.lock().fail_read_in = Some(n.max(1));
+    }
+
+    /// Makes the `n`th read from now that returns a value see one bit of it flipped (a fault on
+    /// the read path: the stored copy is intact).
+    pub fn corrupt_read_after(&self, n: u64) {
+        self.lock().corrupt_read_in = Some(n.max(1));
+    }
+
+    /// Flips bit `bit` (modulo the value's length) of the stored value of the `nth` key (modulo
+    /// the number of keys) that reads see, in the durable copy too when it holds the same bytes.
+    /// Returns the key damaged, or `None` on an empty store.
+    pub fn corrupt_stored(&self, nth: usize, bit: usize) -> Option<Vec<u8>> {
+        let mut state = self.lock();
+        let count = state.current.len();
+        if count == 0 {
+            return None;
+        }
+        let (key, value) = state.current.iter().nth(nth % count)?;
+        let key = key.clone();
+        let original = value.clone();
+        let mut damaged = original.clone();
+        flip(&mut damaged, bit);
+        if state.durable.get(&key) == Some(&original) {
+            state.durable.insert(key.clone(), damaged.clone());
+        }
+        state.current.insert(key.clone(), damaged);
+        Some(key)
     }
 
     /// Makes every write fail until [`MemEngine::clear_faults`].
@@ -111,17 +165,55 @@ impl MemEngine {
         let mut state = self.lock();
         state.fail_write_in = None;
         state.fail_sync_in = None;
+        state.fail_sync_keeps = None;
+        state.fail_read_in = None;
+        state.corrupt_read_in = None;
         state.fail_all_writes = false;
     }
 
-    /// Every key/value pair that reads see, in key order (for digests and debugging).
+    /// Every key/value pair that reads see, in key order (for digests and debugging); a damaged
+    /// value is given as stored, checksum included.
     pub fn dump(&self) -> Vec<KeyValue> {
         self.lock()
             .current
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.clone(), unseal(k, v.clone()).unwrap_or_else(|_| v.clone())))
             .collect()
     }
+}
+
+impl State {
+    /// Counts down the scheduled read faults for a read returning `values` values: an error
+    /// when the read fails, else whether it sees a damaged value.
+    fn read_faults(&mut self, values: usize) -> Result<bool, StorageError> {
+        if fault_fires(&mut self.fail_read_in) {
+            return Err(StorageError::Io("injected read failure".into()));
+        }
+        Ok(values > 0 && fault_fires(&mut self.corrupt_read_in))
+    }
+}
+
+fn flip(bytes: &mut [u8], bit: usize) {
+    if !bytes.is_empty() {
+        let bit = bit % (bytes.len() * 8);
+        bytes[bit / 8] ^= 1 << (bit % 8);
+    }
+}
+
+/// `batch` with every put's value sealed under its key.
+fn sealed(batch: WriteBatch) -> WriteBatch {
+    let mut out = WriteBatch::new();
+    for op in batch.into_ops() {
+        match op {
+            WriteOp::Put { key, value } => {
+                let value = seal(&key, value);
+                out.put(key, value);
+            }
+            WriteOp::Delete { key } => out.delete(key),
+            WriteOp::DeleteRange { start, end } => out.delete_range(start, end),
+        }
+    }
+    out
 }
 
 /// Counts down a scheduled fault; true when it fires now.
@@ -165,7 +257,14 @@ fn apply(map: &mut Map, batch: &WriteBatch) {
 
 impl Engine for MemEngine {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.lock().current.get(key).cloned())
+        let mut state = self.lock();
+        let mut stored = state.current.get(key).cloned();
+        if state.read_faults(usize::from(stored.is_some()))? {
+            if let Some(bytes) = stored.as_mut() {
+                flip(bytes, 0);
+            }
+        }
+        stored.map(|bytes| unseal(key, bytes)).transpose()
     }
 
     fn scan(
@@ -178,15 +277,25 @@ impl Engine for MemEngine {
         if start >= end {
             return Ok(Vec::new());
         }
-        let state = self.lock();
+        let mut state = self.lock();
         let range = state
             .current
             .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
             .map(|(k, v)| (k.clone(), v.clone()));
-        Ok(match order {
+        let mut pairs: Vec<KeyValue> = match order {
             ScanOrder::Forward => range.take(limit).collect(),
             ScanOrder::Reverse => range.rev().take(limit).collect(),
-        })
+        };
+        if state.read_faults(pairs.len())? {
+            flip(&mut pairs[0].1, 0);
+        }
+        pairs
+            .into_iter()
+            .map(|(key, stored)| {
+                let value = unseal(&key, stored)?;
+                Ok((key, value))
+            })
+            .collect()
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -194,6 +303,7 @@ impl Engine for MemEngine {
         if state.fail_all_writes || fault_fires(&mut state.fail_write_in) {
             return Err(StorageError::Io("injected write failure".into()));
         }
+        let batch = sealed(batch);
         apply(&mut state.current, &batch);
         state.pending.push(batch);
         state.writes_total += 1;
@@ -203,6 +313,12 @@ impl Engine for MemEngine {
     fn sync(&self) -> Result<(), StorageError> {
         let mut state = self.lock();
         if fault_fires(&mut state.fail_sync_in) {
+            if let Some(keep) = state.fail_sync_keeps.take() {
+                let pending = std::mem::take(&mut state.pending);
+                for batch in pending.iter().take(keep) {
+                    apply(&mut state.durable, batch);
+                }
+            }
             return Err(StorageError::Io("injected sync failure".into()));
         }
         let pending = std::mem::take(&mut state.pending);

@@ -18,6 +18,54 @@ pub use rocks::{RocksEngine, RocksOptions};
 
 pub use chainstore_model::StorageError;
 
+/// Bytes of the checksum an engine stores after every value.
+pub const CHECKSUM_BYTES: usize = 4;
+
+/// The stored form of `value` under `key`: the value followed by CRC32C over the key and the
+/// value. A flipped bit in the stored bytes, a truncated value, or a value found under another
+/// key reads back as [`StorageError::Corrupted`] ([`unseal`]). Every engine stores values this
+/// way, so nothing above an engine can be handed damaged bytes that happen to decode.
+pub fn seal(key: &[u8], mut value: Vec<u8>) -> Vec<u8> {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(key), &value);
+    value.extend_from_slice(&crc.to_le_bytes());
+    value
+}
+
+/// The value sealed under `key` in `stored`, or `Corrupted` when its checksum does not match.
+pub fn unseal(key: &[u8], mut stored: Vec<u8>) -> Result<Vec<u8>, StorageError> {
+    let Some(split) = stored.len().checked_sub(CHECKSUM_BYTES) else {
+        return Err(StorageError::Corrupted(format!(
+            "the value under key {} is {} bytes, too short to hold its checksum",
+            printable_key(key),
+            stored.len()
+        )));
+    };
+    let mut expected = [0u8; CHECKSUM_BYTES];
+    expected.copy_from_slice(&stored[split..]);
+    stored.truncate(split);
+    if crc32c::crc32c_append(crc32c::crc32c(key), &stored) != u32::from_le_bytes(expected) {
+        return Err(StorageError::Corrupted(format!(
+            "checksum mismatch in the value under key {}",
+            printable_key(key)
+        )));
+    }
+    Ok(stored)
+}
+
+/// A key for an error message: printable ASCII as is, other bytes as `\xNN`, at most 64 bytes.
+fn printable_key(key: &[u8]) -> String {
+    let mut out: String = key
+        .iter()
+        .take(64)
+        .flat_map(|b| std::ascii::escape_default(*b))
+        .map(char::from)
+        .collect();
+    if key.len() > 64 {
+        out.push_str("...");
+    }
+    out
+}
+
 /// One key/value pair as returned by a scan.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
@@ -98,6 +146,11 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// The ops in application order, by value.
+    pub fn into_ops(self) -> Vec<WriteOp> {
+        self.ops
+    }
+
     /// True when the batch changes nothing.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
@@ -117,7 +170,9 @@ impl WriteBatch {
 /// - a batch is atomic, also across a crash;
 /// - a scan returns pairs in the requested key order, at most `limit` of them, from one
 ///   point-in-time view of the store;
-/// - a failed `write` changes nothing.
+/// - a failed `write` changes nothing;
+/// - a value is read back only when it matches the checksum written with it ([`seal`]); damaged
+///   bytes read as `Corrupted`.
 pub trait Engine: Send + Sync + 'static {
     /// Reads one key.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;

@@ -7,7 +7,7 @@ use rocksdb::{
     WriteOptions, DB,
 };
 
-use super::{Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
+use super::{seal, unseal, Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
 
 /// The RocksDB settings a deployment may tune. Everything else is fixed in
 /// [`RocksEngine::open`], where a reader sees each choice and why.
@@ -92,9 +92,12 @@ impl RocksEngine {
 
     fn write_with(&self, batch: WriteBatch, sync: bool) -> Result<(), StorageError> {
         let mut rocks_batch = rocksdb::WriteBatch::default();
-        for op in batch.ops() {
+        for op in batch.into_ops() {
             match op {
-                WriteOp::Put { key, value } => rocks_batch.put(key, value),
+                WriteOp::Put { key, value } => {
+                    let sealed = seal(&key, value);
+                    rocks_batch.put(key, sealed)
+                }
                 WriteOp::Delete { key } => rocks_batch.delete(key),
                 WriteOp::DeleteRange { start, end } => rocks_batch.delete_range(start, end),
             }
@@ -108,7 +111,11 @@ impl RocksEngine {
 
 impl Engine for RocksEngine {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        self.db.get(key).map_err(io)
+        self.db
+            .get(key)
+            .map_err(io)?
+            .map(|stored| unseal(key, stored))
+            .transpose()
     }
 
     fn scan(
@@ -134,7 +141,7 @@ impl Engine for RocksEngine {
         let mut out = Vec::new();
         while iter.valid() && out.len() < limit {
             if let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-                out.push((key.to_vec(), value.to_vec()));
+                out.push((key.to_vec(), unseal(key, value.to_vec())?));
             }
             match order {
                 ScanOrder::Forward => iter.next(),
