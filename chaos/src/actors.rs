@@ -726,7 +726,7 @@ pub async fn race(
     let mut sent = 0u64;
     let mut lost: Option<(String, Option<String>, String)> = None;
     while phase(&world) == Phase::Load {
-        pause(&mut rng, 2, 30).await;
+        pause(&mut rng, 5, 80).await;
         let node = *rng.pick(&nodes);
         let client = &per_node[&node];
         let process = racer * 1_000_000 + generation;
@@ -854,24 +854,28 @@ pub async fn checker(
             nodes.clone()
         }
     };
+    // A write sent just before the load ended may still be applying: the replicas have
+    // converged when they report the same applied index AND hold the same state (the state
+    // includes the applied id), read in one step. A real divergence never converges.
     let mut converged = false;
+    let mut digests: Vec<(u64, u64)> = Vec::new();
     for _ in 0..150 {
         let mut applied = Vec::new();
         for member in &members {
             let view = client(&[*member], seed, 1).cluster().await;
             applied.push(view.map(|v| v.last_applied).unwrap_or(0));
         }
-        if applied.iter().all(|a| *a == applied[0] && *a > 0) {
-            converged = true;
+        digests = engines
+            .iter()
+            .filter(|(id, _)| members.contains(id))
+            .map(|(id, engine)| (*id, state_digest(engine)))
+            .collect();
+        converged = applied.iter().all(|a| *a == applied[0] && *a > 0);
+        if converged && digests.iter().all(|(_, d)| *d == digests[0].1) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let digests: Vec<(u64, u64)> = engines
-        .iter()
-        .filter(|(id, _)| members.contains(id))
-        .map(|(id, engine)| (*id, state_digest(engine)))
-        .collect();
     {
         let mut w = world.borrow_mut();
         w.log(

@@ -7,11 +7,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use chainstore_transport::{BoxFuture, Transport, TransportError};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 
 /// The port every simulated node listens on.
 pub const NODE_PORT: u16 = 7000;
+
+/// How long a connection may stay silent before the server closes it: the production default
+/// (`Limits::header_read_timeout`). Without it, a connection whose closing was lost in a
+/// partition stays open for ever, and turmoil refuses the peer's reuse of its port later.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on [`NODE_PORT`] of the current simulated host, forever.
 pub async fn serve(router: axum::Router) -> std::io::Result<()> {
@@ -21,6 +26,8 @@ pub async fn serve(router: axum::Router) -> std::io::Result<()> {
         let service = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -2,7 +2,7 @@
 //! seconds), a few random seeds, a determinism check, and `replay` for one seed from the
 //! environment (`CHAOS_SEED=<n>`; `CHAOS_LOAD_SECS` overrides the load duration).
 //!
-//! Thousands of seeds locally: `CHAOS_SEEDS=1000..3000 cargo test --workspace --test sim -- sweep --nocapture`.
+//! Thousands of seeds locally: `CHAOS_SEEDS=1000..3000 cargo test --workspace --test sim -- --exact sweep --nocapture`.
 
 use chaos::{run, SimOptions};
 
