@@ -60,7 +60,7 @@ async fn pause(rng: &mut SimRng, low_ms: u64, high_ms: u64) {
 }
 
 /// Posts JSON to one node, once.
-async fn post(node: u64, path: &str, body: &Value) -> Result<(u16, Value), String> {
+pub(crate) async fn post(node: u64, path: &str, body: &Value) -> Result<(u16, Value), String> {
     let request = http::Request::post(format!("{}{path}", node_url(node)))
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Bytes::from(body.to_string()))

@@ -6,6 +6,7 @@
 //! (`MemEngine`, which loses unsynced writes on a crash and fails chosen writes).
 //!
 //! - `run`: one run of a seed — hosts, client actors, the fault schedule, healing, the report.
+//! - `scenario`: scripted runs whose faults a test places at exact moments.
 //! - `actors`: the client hosts (controller, writer, populator, replicator, reader, checker).
 //! - `world`: the models of the truth, the invariant checks, the trace and its hash.
 //! - `net`, `rng`: the simulated network and the seeded generator everything random uses.
@@ -17,6 +18,7 @@ pub mod actors;
 pub mod net;
 pub mod rng;
 pub mod run;
+pub mod scenario;
 pub mod world;
 
 pub use run::{run, Report, SimOptions};

@@ -106,7 +106,7 @@ fn linearizability_checked() -> bool {
 /// The simulated cluster is plaintext: peers authenticate by the secret, clients need nothing.
 const SECRET: &str = "simulated-cluster-secret";
 
-fn node_config(id: u64) -> NodeConfig {
+pub(crate) fn node_config(id: u64) -> NodeConfig {
     let secret = Secret::new(SECRET).expect("the simulation's secret passes the checks");
     let mut config = NodeConfig::new(
         id,
@@ -133,7 +133,58 @@ fn node_config(id: u64) -> NodeConfig {
     config
 }
 
-type Slot = Rc<RefCell<Option<Arc<Node>>>>;
+/// Where a host puts its running node, so the simulation can look at it (empty while down).
+pub(crate) type Slot = Rc<RefCell<Option<Arc<Node>>>>;
+
+/// Adds a host per id, each running the real node and router on its own `MemEngine`, which
+/// lives outside the host so that it survives crashes and restarts.
+pub(crate) fn add_nodes(
+    sim: &mut turmoil::Sim<'_>,
+    ids: &[u64],
+) -> (BTreeMap<u64, MemEngine>, BTreeMap<u64, Slot>) {
+    let engines: BTreeMap<u64, MemEngine> = ids.iter().map(|id| (*id, MemEngine::new())).collect();
+    let slots: BTreeMap<u64, Slot> = ids
+        .iter()
+        .map(|id| (*id, Rc::new(RefCell::new(None))))
+        .collect();
+    for id in ids {
+        let (id, engine, slot) = (*id, engines[id].clone(), Rc::clone(&slots[id]));
+        sim.host(name(id), move || {
+            let (engine, slot) = (engine.clone(), Rc::clone(&slot));
+            async move {
+                let node = Node::start(node_config(id), Arc::new(engine), Arc::new(SimTransport))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                *slot.borrow_mut() = Some(Arc::clone(&node));
+                serve(app(node)).await?;
+                Ok(())
+            }
+        });
+    }
+    (engines, slots)
+}
+
+/// The simulation of one seed, with the settings every run uses.
+pub(crate) fn simulation<'a>(seed: u64, duration: Duration) -> turmoil::Sim<'a> {
+    turmoil::Builder::new()
+        .simulation_duration(duration)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(BASE_LATENCY_MAX)
+        .epoch(UNIX_EPOCH + Duration::from_secs(1_800_000_000))
+        .rng_seed(seed)
+        .build()
+}
+
+/// The highest-term node that names itself leader, among the running ones.
+pub(crate) fn leader_of_slots(slots: &BTreeMap<u64, Slot>) -> Option<u64> {
+    slots
+        .iter()
+        .filter_map(|(id, slot)| slot.borrow().as_ref().map(|n| (*id, n.raft_metrics())))
+        .filter(|(id, m)| m.current_leader == Some(*id))
+        .max_by_key(|(_, m)| m.current_term)
+        .map(|(id, _)| id)
+}
 
 /// A fault that undoes itself later.
 #[derive(Debug, Clone)]
@@ -153,18 +204,13 @@ struct Cluster {
     slots: BTreeMap<u64, Slot>,
 }
 
-fn name(id: u64) -> String {
+pub(crate) fn name(id: u64) -> String {
     format!("n{id}")
 }
 
 impl Cluster {
     fn leader(&self) -> Option<u64> {
-        self.slots
-            .iter()
-            .filter_map(|(id, slot)| slot.borrow().as_ref().map(|n| (*id, n.raft_metrics())))
-            .filter(|(id, m)| m.current_leader == Some(*id))
-            .max_by_key(|(_, m)| m.current_term)
-            .map(|(id, _)| id)
+        leader_of_slots(&self.slots)
     }
 }
 
@@ -204,7 +250,12 @@ fn align_task_numbers() {
         .build()
         .expect("a runtime to align task numbers with");
     loop {
-        let number: u64 = runtime.spawn(async {}).id().to_string().parse().unwrap_or(0);
+        let number: u64 = runtime
+            .spawn(async {})
+            .id()
+            .to_string()
+            .parse()
+            .unwrap_or(0);
         if (number + 1) % SHARDS == 0 {
             return;
         }
@@ -215,52 +266,32 @@ fn align_task_numbers() {
 /// threads (`cargo test` runs tests in parallel) would number each other's tasks.
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs one seed to the end and reports what it found.
-pub fn run(options: SimOptions) -> Report {
+/// Takes this process's turn to simulate, and makes what follows a function of `seed` alone:
+/// tokio's task numbers aligned, openraft's generator seeded, panics recorded. The turn lasts
+/// as long as the guard.
+pub(crate) fn begin(seed: u64) -> std::sync::MutexGuard<'static, ()> {
     // A run that panicked outside the simulation leaves the lock poisoned, not the next run wrong.
-    let _turn = ONE_RUN_AT_A_TIME
+    let turn = ONE_RUN_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     align_task_numbers();
     record_panics();
-    raft_store::raft::seed_thread_rng(options.seed);
-    let mut rng = SimRng::new(options.seed);
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(options.load_secs + 600))
-        .tick_duration(Duration::from_millis(1))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(BASE_LATENCY_MAX)
-        .epoch(UNIX_EPOCH + Duration::from_secs(1_800_000_000))
-        .rng_seed(options.seed)
-        .build();
+    raft_store::raft::seed_thread_rng(seed);
+    turn
+}
 
+/// Runs one seed to the end and reports what it found.
+pub fn run(options: SimOptions) -> Report {
+    let _turn = begin(options.seed);
+    let mut rng = SimRng::new(options.seed);
+    let mut sim = simulation(options.seed, Duration::from_secs(options.load_secs + 600));
     let ids = options.node_ids();
+    let (engines, slots) = add_nodes(&mut sim, &ids);
     let cluster = Cluster {
         ids: ids.clone(),
-        engines: ids.iter().map(|id| (*id, MemEngine::new())).collect(),
-        slots: ids
-            .iter()
-            .map(|id| (*id, Rc::new(RefCell::new(None))))
-            .collect(),
+        engines,
+        slots,
     };
-    for id in &ids {
-        let (id, engine, slot) = (
-            *id,
-            cluster.engines[id].clone(),
-            Rc::clone(&cluster.slots[id]),
-        );
-        sim.host(name(id), move || {
-            let (engine, slot) = (engine.clone(), Rc::clone(&slot));
-            async move {
-                let node = Node::start(node_config(id), Arc::new(engine), Arc::new(SimTransport))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                *slot.borrow_mut() = Some(Arc::clone(&node));
-                serve(app(node)).await?;
-                Ok(())
-            }
-        });
-    }
 
     let world = World::new();
     let voters: Vec<u64> = (1..=options.voters).collect();
@@ -619,7 +650,10 @@ fn inject(
                     )
                 }
             };
-            Some((format!("storage fault on n{victim}: {what}"), vec![(restart, undo)]))
+            Some((
+                format!("storage fault on n{victim}: {what}"),
+                vec![(restart, undo)],
+            ))
         }
     }
 }

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chainstore_node::{
-    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens,
-    TransportOptions,
+    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens, TransportOptions,
 };
 use raft_store::MemEngine;
 use serde_json::{json, Value};
@@ -162,8 +161,13 @@ impl Cluster {
             "genesis": prev.is_none(),
             "payload": { "n": event },
         });
-        self.call(id, "POST", &format!("/v1/executions/{exec}/events"), Some(body))
-            .await
+        self.call(
+            id,
+            "POST",
+            &format!("/v1/executions/{exec}/events"),
+            Some(body),
+        )
+        .await
     }
 
     /// The chain of `exec` read linearizably through `id`.
@@ -250,12 +254,26 @@ async fn a_node_that_reads_a_damaged_value_stops_voting_and_says_so() {
     );
     c.raft_stopped(damaged).await;
     let (status, body) = c
-        .call(damaged, "GET", "/v1/executions/x/chain?consistency=local", None)
+        .call(
+            damaged,
+            "GET",
+            "/v1/executions/x/chain?consistency=local",
+            None,
+        )
         .await;
-    assert_eq!(status, 503, "a node whose storage failed serves no read: {body}");
-    assert!(body["message"].as_str().unwrap_or("").contains("storage failed"));
+    assert_eq!(
+        status, 503,
+        "a node whose storage failed serves no read: {body}"
+    );
+    assert!(body["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("storage failed"));
     let (status, body) = c.append(leader, "x", "e5", prev.as_deref()).await;
-    assert_eq!(status, 200, "two of three nodes still make a quorum: {body}");
+    assert_eq!(
+        status, 200,
+        "two of three nodes still make a quorum: {body}"
+    );
 
     // Without the damaged node's vote, the healthy follower alone cannot elect itself.
     c.crash(leader).await;
@@ -321,7 +339,12 @@ async fn a_leader_whose_fsync_fails_stops_before_it_acknowledges() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, body) = c
-            .call(leader, "GET", "/v1/executions/y/chain?consistency=local", None)
+            .call(
+                leader,
+                "GET",
+                "/v1/executions/y/chain?consistency=local",
+                None,
+            )
             .await;
         if status == 200 && event_ids(&body) == ["a", "b", "c"] {
             break;

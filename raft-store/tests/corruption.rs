@@ -179,7 +179,12 @@ fn a_flipped_bit_in_any_stored_value_is_caught_by_its_checksum() {
         .collect();
     for (nth, (key, stored_len)) in records.iter().enumerate() {
         // The first and last bit of the value, one in its middle, and one in the checksum.
-        for bit in [0, stored_len * 4, (stored_len - 1) * 8 - 1, stored_len * 8 - 1] {
+        for bit in [
+            0,
+            stored_len * 4,
+            (stored_len - 1) * 8 - 1,
+            stored_len * 8 - 1,
+        ] {
             let (engine, store) = populated();
             assert_eq!(engine.corrupt_stored(nth, bit).as_ref(), Some(key));
             let name = String::from_utf8_lossy(key);

@@ -177,7 +177,12 @@ impl MemEngine {
         self.lock()
             .current
             .iter()
-            .map(|(k, v)| (k.clone(), unseal(k, v.clone()).unwrap_or_else(|_| v.clone())))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    unseal(k, v.clone()).unwrap_or_else(|_| v.clone()),
+                )
+            })
             .collect()
     }
 }
