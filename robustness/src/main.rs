@@ -266,17 +266,19 @@ async fn run(args: Args) -> i32 {
 
     let _ = writeln!(
         report,
-        "\nfaults (time since start; write outage: first acknowledged probe write after the fault)"
+        "\nfaults (time since start; write outage: until a probe write sent after the fault is acknowledged)"
     );
     let acks = lock(&shared.probe_acks).clone();
     let mut counts: BTreeMap<FaultKind, usize> = BTreeMap::new();
     let mut worst_leader_outage = 0.0f64;
     for fault in &faults {
         *counts.entry(fault.kind).or_default() += 1;
+        // Until a write sent after the fault is acknowledged: an answer already on its way
+        // when the fault struck says nothing about the cluster after it.
         let outage = acks
             .iter()
-            .find(|t| **t > fault.at_ns)
-            .map(|t| (t - fault.at_ns) as f64 / 1e9);
+            .find(|(sent, _)| *sent > fault.at_ns)
+            .map(|(_, acked)| (acked - fault.at_ns) as f64 / 1e9);
         if fault.kind == FaultKind::KillLeader {
             worst_leader_outage = worst_leader_outage.max(outage.unwrap_or(f64::INFINITY));
         }

@@ -21,8 +21,9 @@ pub struct Shared {
     pub history: Mutex<History>,
     /// Every append answered 200, per execution: the event ids.
     pub acknowledged: Mutex<BTreeMap<String, Vec<String>>>,
-    /// When the prober's writes were acknowledged, in nanoseconds since `start`.
-    pub probe_acks: Mutex<Vec<u64>>,
+    /// The prober's acknowledged writes: when each attempt that succeeded was sent, and when
+    /// its answer came, in nanoseconds since `start`.
+    pub probe_acks: Mutex<Vec<(u64, u64)>>,
     pub stop: AtomicBool,
 }
 
@@ -189,9 +190,10 @@ pub async fn prober(shared: Arc<Shared>, urls: Vec<String>, execution: String) {
             payload: json!({ "probe": n }),
             genesis: prev.is_none(),
         };
+        let sent = shared.now_ns();
         match client.append(&exec(&execution), &request).await {
             Ok(_) => {
-                lock(&shared.probe_acks).push(shared.now_ns());
+                lock(&shared.probe_acks).push((sent, shared.now_ns()));
                 lock(&shared.acknowledged)
                     .entry(execution.clone())
                     .or_default()
