@@ -79,6 +79,7 @@ impl TlsCluster {
                 header_read_timeout: Duration::from_secs(10),
                 tls_handshake_timeout: Duration::from_secs(10),
                 shutdown_grace: Duration::from_secs(1),
+                connections_max: 1024,
             };
             tokio::spawn(serve(
                 listener,

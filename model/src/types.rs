@@ -44,6 +44,7 @@ impl ChainEvent {
 /// An event as an external authoritative log hands it to `populate_from_log`. Its position is
 /// decided by following `prev_event_id` links, never by sorting ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogEvent {
     /// The event's id.
     pub event_id: EventId,
@@ -59,6 +60,7 @@ pub struct LogEvent {
 
 /// A request to append one event at the head of an execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AppendRequest {
     /// The new event's id.
     pub event_id: EventId,

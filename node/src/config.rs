@@ -14,13 +14,26 @@ pub struct Limits {
     pub body_bytes_max: usize,
     /// Largest Raft RPC body accepted (a batch of entries or a snapshot chunk).
     pub raft_body_bytes_max: usize,
+    /// Largest append RPC a leader sends: a longer range is split (one entry always goes).
+    /// Below `raft_body_bytes_max`, which the peers enforce.
+    pub append_rpc_bytes_max: usize,
     /// Largest event payload accepted, as encoded JSON.
     pub payload_bytes_max: usize,
     /// Most events one populate entry carries; a longer populate is proposed as several
     /// entries, coverage first and watermark last.
     pub populate_batch_events_max: usize,
-    /// Requests served at once; more wait in the queue.
+    /// Client requests served at once (every route but `/raft/*`, `/healthz`, `/readyz`).
     pub concurrency_max: usize,
+    /// Client requests that may wait for a slot; beyond them a request is refused at once
+    /// with 503 `overloaded`.
+    pub queue_max: usize,
+    /// Raft RPCs from peers served at once, apart from clients: a client flood never delays
+    /// a heartbeat.
+    pub peer_concurrency_max: usize,
+    /// Raft RPCs that may wait for a slot.
+    pub peer_queue_max: usize,
+    /// Open connections; a connection beyond them is closed as soon as it is accepted.
+    pub connections_max: usize,
     /// Deadline of one client request, end to end.
     pub request_timeout: Duration,
     /// How long a write waits for this node to become a ready leader, and for its entry to apply.
@@ -51,9 +64,14 @@ impl Default for Limits {
         Self {
             body_bytes_max: 16 << 20,
             raft_body_bytes_max: 256 << 20,
+            append_rpc_bytes_max: 32 << 20,
             payload_bytes_max: 1 << 20,
             populate_batch_events_max: 1_000,
-            concurrency_max: 1024,
+            concurrency_max: 512,
+            queue_max: 1024,
+            peer_concurrency_max: 64,
+            peer_queue_max: 256,
+            connections_max: 4096,
             request_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(5),
             min_index_wait: Duration::from_secs(5),

@@ -106,6 +106,20 @@ struct Cli {
     /// is empty; the new cluster's voters are `--bootstrap-voters`. Ignored on a store with data.
     #[arg(long, env = "CHAINSTORE_RESTORE_FROM")]
     restore_from: Option<PathBuf>,
+    /// Client requests served at once (default 512); Raft RPCs have their own capacity.
+    #[arg(long, env = "CHAINSTORE_MAX_CONCURRENT_REQUESTS")]
+    max_concurrent_requests: Option<usize>,
+    /// Client requests that may wait for a slot (default 1024); more are refused at once with
+    /// 503 overloaded.
+    #[arg(long, env = "CHAINSTORE_MAX_QUEUED_REQUESTS")]
+    max_queued_requests: Option<usize>,
+    /// Open connections (default 4096); more are closed as soon as they are accepted.
+    #[arg(long, env = "CHAINSTORE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// How long a connection may take to send a request's headers, and stay idle between
+    /// requests, in milliseconds (default 10000).
+    #[arg(long, env = "CHAINSTORE_HEADER_READ_TIMEOUT_MS")]
+    header_read_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +161,10 @@ struct FileConfig {
     purge_batch_entries: Option<u64>,
     bootstrap_voters: Option<String>,
     restore_from: Option<PathBuf>,
+    max_concurrent_requests: Option<usize>,
+    max_queued_requests: Option<usize>,
+    max_connections: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
 }
 
 struct Settings {
@@ -294,6 +312,19 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     }
     if let Some(n) = cli.purge_batch_entries.or(file.purge_batch_entries) {
         timings.purge_batch_entries = n;
+    }
+    let limits = &mut node.limits;
+    if let Some(n) = cli.max_concurrent_requests.or(file.max_concurrent_requests) {
+        limits.concurrency_max = n.max(1);
+    }
+    if let Some(n) = cli.max_queued_requests.or(file.max_queued_requests) {
+        limits.queue_max = n;
+    }
+    if let Some(n) = cli.max_connections.or(file.max_connections) {
+        limits.connections_max = n.max(1);
+    }
+    if let Some(ms) = cli.header_read_timeout_ms.or(file.header_read_timeout_ms) {
+        limits.header_read_timeout = Duration::from_millis(ms.max(1));
     }
     let log_format = cli
         .log_format
@@ -488,6 +519,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         header_read_timeout: limits.header_read_timeout,
         tls_handshake_timeout: limits.tls_handshake_timeout,
         shutdown_grace: limits.request_timeout,
+        connections_max: limits.connections_max,
     };
     serve(
         listener,

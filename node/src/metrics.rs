@@ -161,6 +161,7 @@ const GUARDED_OUTCOMES: &[&str] = &[
 ];
 
 const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
+const REQUEST_CLASSES: &[&str] = &["client", "peer"];
 
 /// The node's metrics.
 pub struct Metrics {
@@ -170,6 +171,7 @@ pub struct Metrics {
     sync_seconds: Histogram,
     apply_seconds: Histogram,
     tls_reloads: Family,
+    shed: Family,
     /// When the certificate in service expires (seconds since the epoch); 0 without TLS.
     tls_not_after_unix: AtomicI64,
 }
@@ -208,6 +210,12 @@ impl Default for Metrics {
                 "Reloads of changed TLS material, by outcome (error: the old material stays).",
                 "outcome",
                 TLS_RELOAD_OUTCOMES,
+            ),
+            shed: Family::new(
+                "chainstore_requests_shed_total",
+                "Requests refused with 503 overloaded: every slot of their class taken, its queue full.",
+                "class",
+                REQUEST_CLASSES,
             ),
             tls_not_after_unix: AtomicI64::new(0),
         }
@@ -275,6 +283,11 @@ impl Metrics {
         self.tls_reloads.inc(if ok { "ok" } else { "error" });
     }
 
+    /// Counts one request refused because its class (`client` or `peer`) was full.
+    pub fn record_shed(&self, class: &str) {
+        self.shed.inc(class);
+    }
+
     /// Sets when the certificate in service expires.
     pub fn set_tls_not_after(&self, not_after_unix: Option<i64>) {
         self.tls_not_after_unix
@@ -331,6 +344,7 @@ impl Metrics {
         self.sync_seconds.render(&mut out);
         self.apply_seconds.render(&mut out);
         self.tls_reloads.render(&mut out);
+        self.shed.render(&mut out);
         let _ = writeln!(
             out,
             "# HELP chainstore_tls_certificate_not_after_seconds When the node's certificate \

@@ -1,6 +1,13 @@
 //! The Raft network: openraft's RPCs as HTTP POSTs to `/raft/*` through a [`Transport`], each
 //! carrying this node's peer credential ([`PeerCredentials`]) and bounded by openraft's deadline.
 //!
+//! An append RPC is bounded in bytes as well as entries: one whose encoding exceeds
+//! `append_bytes_max`, or a large one that the peer refuses with 413, that breaks off midway or
+//! that cannot finish within openraft's deadline (one heartbeat interval), is answered with
+//! openraft's `PayloadTooLarge` and a smaller entry count, so that replication splits the range
+//! instead of resending it forever. A single entry cannot be split: it must cross within the
+//! deadline (entries are bounded by the request body limit).
+//!
 //! Append and vote travel as JSON. A snapshot chunk travels as
 //! `header_len u32 BE ++ JSON header (the request without its data) ++ raw data`, so the
 //! chunk's bytes are not inflated into a JSON array.
@@ -9,7 +16,8 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -76,14 +84,21 @@ impl PeerCredentials {
 pub struct Network {
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
+    append_bytes_max: usize,
 }
 
 impl Network {
-    /// A network over `transport` that authenticates with `credentials`.
-    pub fn new(transport: Arc<dyn Transport>, credentials: PeerCredentials) -> Self {
+    /// A network over `transport` that authenticates with `credentials` and sends append RPCs
+    /// of at most `append_bytes_max` bytes (but always at least one entry).
+    pub fn new(
+        transport: Arc<dyn Transport>,
+        credentials: PeerCredentials,
+        append_bytes_max: usize,
+    ) -> Self {
         Self {
             transport,
             credentials,
+            append_bytes_max,
         }
     }
 }
@@ -97,6 +112,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.addr.clone(),
             transport: Arc::clone(&self.transport),
             credentials: self.credentials.clone(),
+            append_bytes_max: self.append_bytes_max,
             last_logged: None,
         }
     }
@@ -108,6 +124,7 @@ pub struct PeerClient {
     addr: String,
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
+    append_bytes_max: usize,
     /// When a failure to reach the peer was last logged (at most one line per
     /// [`UNREACHABLE_LOG_INTERVAL`], however often openraft retries).
     last_logged: Option<tokio::time::Instant>,
@@ -156,12 +173,14 @@ impl PeerClient {
     }
 
     /// Sends one RPC and decodes the peer's `Result`, classifying failures the way openraft's
-    /// back-off expects: an unreachable peer is `Unreachable`, everything else `Network`.
+    /// back-off expects: an unreachable peer is `Unreachable`; a 413 is `PayloadTooLarge` with
+    /// `smaller` entries when the RPC can be split; everything else `Network`.
     async fn call<Resp, Err>(
         &mut self,
         path: &str,
         body: Bytes,
         option: &RPCOption,
+        smaller: Option<u64>,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, Err>>
     where
         Resp: DeserializeOwned,
@@ -176,7 +195,24 @@ impl PeerClient {
             Err(ExchangeError::Transport(err @ TransportError::Unreachable(_))) => {
                 return Err(RPCError::Unreachable(Unreachable::new(&err)))
             }
-            Err(err) => return Err(RPCError::Network(NetworkError::new(&err))),
+            Err(err) => {
+                // A peer that refuses the size answers 413 when it reads the request head first,
+                // but the sender may see only the connection close under the upload; a range
+                // too large to arrive within the deadline times out. Either way, send less.
+                let too_large = matches!(
+                    err,
+                    ExchangeError::Status { status: 413, .. }
+                        | ExchangeError::Transport(
+                            TransportError::Failed(_) | TransportError::Timeout(_)
+                        )
+                );
+                if let (true, Some(entries)) = (too_large, smaller) {
+                    return Err(RPCError::PayloadTooLarge(
+                        PayloadTooLarge::new_entries_hint(entries),
+                    ));
+                }
+                return Err(RPCError::Network(NetworkError::new(&err)));
+            }
         };
         let decoded: Result<Resp, Err> = serde_json::from_slice(&answer)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
@@ -196,6 +232,21 @@ impl PeerClient {
         self.last_logged = Some(now);
         tracing::warn!(peer = self.target, addr = %self.addr, %err, "a raft RPC to a peer failed");
     }
+}
+
+/// An append RPC at least this large that fails midway, times out or is refused with 413 is
+/// split before it is sent again.
+const SPLIT_ON_FAILURE_BYTES: usize = 1 << 20;
+
+/// How many of `entries` to send instead, when `bytes` of them were too many for `max`: as
+/// many as fit at their average size, at most half (so a refused range always shrinks), at
+/// least one. `None` when a single entry cannot be split.
+fn split_hint(entries: u64, bytes: usize, max: usize) -> Option<u64> {
+    if entries <= 1 {
+        return None;
+    }
+    let fitting = (entries as u128 * max as u128 / bytes.max(1) as u128) as u64;
+    Some(fitting.min(entries / 2).max(1))
 }
 
 fn json<T: Serialize, E: std::error::Error>(
@@ -241,8 +292,31 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        // openraft's deadline runs from this call: encoding counts against it.
+        let deadline = tokio::time::Instant::now() + option.soft_ttl();
+        let entries = rpc.entries.len() as u64;
         let body = json(&rpc)?;
-        self.call("/raft/append", body, &option).await
+        let smaller = split_hint(entries, body.len(), self.append_bytes_max);
+        if body.len() > self.append_bytes_max {
+            if let Some(entries) = smaller {
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint(entries),
+                ));
+            }
+        }
+        // Small ranges are never split on failure: a heartbeat that fails is just a failure.
+        let Some(fewer) = smaller.filter(|_| body.len() >= SPLIT_ON_FAILURE_BYTES) else {
+            return self.call("/raft/append", body, &option, None).await;
+        };
+        // openraft drops an append that outlasts its deadline (a heartbeat interval) and sends
+        // the same range again: give up on a large one a little earlier and ask for fewer.
+        let call = self.call("/raft/append", body, &option, Some(fewer));
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(fewer),
+            )),
+        }
     }
 
     async fn install_snapshot(
@@ -255,7 +329,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     > {
         let body =
             encode_snapshot_chunk(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.call("/raft/snapshot", body, &option).await
+        self.call("/raft/snapshot", body, &option, None).await
     }
 
     async fn vote(
@@ -264,6 +338,23 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let body = json(&rpc)?;
-        self.call("/raft/vote", body, &option).await
+        self.call("/raft/vote", body, &option, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_hint;
+
+    #[test]
+    fn a_range_too_large_always_shrinks_and_never_to_nothing() {
+        assert_eq!(split_hint(1, 100, 10), None, "one entry cannot be split");
+        assert_eq!(
+            split_hint(64, 640, 100),
+            Some(10),
+            "as many as fit at their average size"
+        );
+        assert_eq!(split_hint(64, 101, 100), Some(32), "at most half");
+        assert_eq!(split_hint(2, 1_000_000, 1), Some(1), "at least one");
     }
 }

@@ -158,7 +158,14 @@ impl Node {
         let log_store = LogStore::new(Arc::clone(&engine));
         let state_machine = StateMachine::new(Arc::clone(&store));
         let peer_credentials = PeerCredentials::new(&config.peer_auth);
-        let network = Network::new(Arc::clone(&transport), peer_credentials.clone());
+        let network = Network::new(
+            Arc::clone(&transport),
+            peer_credentials.clone(),
+            config
+                .limits
+                .append_rpc_bytes_max
+                .min(config.limits.raft_body_bytes_max),
+        );
         let raft_config = Arc::new(config.openraft_config()?);
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
@@ -232,7 +239,7 @@ impl Node {
     }
 
     /// Outcome counters.
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 

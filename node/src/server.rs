@@ -2,6 +2,11 @@
 //! deadline, each connection in its own task. Every request gets the connection's
 //! [`Connection`] (remote address, verified client certificate) for `api::auth`.
 //!
+//! At most `connections_max` connections are open at once: one more is closed as soon as it
+//! is accepted (rather than left in the kernel's backlog, where a peer reconnecting after a
+//! restart would wait behind a flood). A connection that sends no complete request head for
+//! `header_read_timeout` (slowloris, or simply idle) is closed, so held slots come back.
+//!
 //! Shutdown stops accepting, lets open connections finish their requests (closing idle ones),
 //! and gives up on the rest after a grace period.
 
@@ -16,6 +21,7 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::api::auth::Connection;
@@ -30,6 +36,8 @@ pub struct ServeOptions {
     pub tls_handshake_timeout: Duration,
     /// How long open connections get to finish after shutdown begins.
     pub shutdown_grace: Duration,
+    /// Most connections open at once.
+    pub connections_max: usize,
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, over TLS when `tls` is given.
@@ -41,6 +49,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
+    let open = Arc::new(Semaphore::new(options.connections_max.max(1)));
+    let mut refused: u64 = 0;
     tokio::pin!(shutdown);
     loop {
         let (stream, remote) = tokio::select! {
@@ -55,12 +65,26 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Ok(slot) = Arc::clone(&open).try_acquire_owned() else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(
+                    %remote,
+                    refused,
+                    limit = options.connections_max,
+                    "closed a connection beyond the connection limit"
+                );
+            }
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let watcher = graceful.watcher();
         let options = options.clone();
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
+            let _slot = slot;
             let Some(acceptor) = acceptor else {
                 let connection = Connection {
                     remote: Some(remote),

@@ -428,6 +428,13 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
         ("POST", "/raft/vote", b"{}".to_vec(), 401, "unauthorized"),
         ("POST", "/raft/snapshot", b"{}".to_vec(), 401, "unauthorized"),
         ("POST", "/v1/nowhere", b"{}".to_vec(), 404, "not_found"),
+        // A misspelled field is refused, not dropped (here: the append would lose `genesis`).
+        ("POST", "/v1/executions/new/events", br#"{"event_id": "a", "payload": 1, "genisis": true}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1, "prev": null}]}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/%ZZ/events", event("a", None).to_string().into_bytes(), 400, "invalid_input"),
+        ("GET", "/v1/executions/%ZZ/chain", Vec::new(), 400, "invalid_input"),
+        ("GET", "/v1/executions/ok/events", Vec::new(), 405, "method_not_allowed"),
+        ("POST", "/v1/executions/ok/chain", b"{}".to_vec(), 405, "method_not_allowed"),
     ];
     for (method, path, body, status, code) in cases {
         let request = match method {
@@ -451,6 +458,20 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
             "{path}: a message"
         );
     }
+    let wrong_method = c
+        .http
+        .get(c.url(l, "/v1/executions/ok/events"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        wrong_method
+            .headers()
+            .get("allow")
+            .and_then(|v| v.to_str().ok()),
+        Some("POST"),
+        "a 405 names the methods the route takes"
+    );
     let get_cases = [
         ("/v1/executions/bad%20id/chain", 400),
         ("/v1/executions/ok/chain?consistency=eventual", 400),

@@ -20,6 +20,8 @@ pub enum ApiError {
     Forbidden(String),
     /// 404: no such route, event or resource.
     NotFound(String),
+    /// 405: the route exists, not for this method.
+    MethodNotAllowed(String),
     /// 409: `prev_event_id` is not the head.
     NotHead {
         /// The current head.
@@ -47,6 +49,8 @@ pub enum ApiError {
         /// The node's applied index, when it matters (a lagging local read).
         applied_index: Option<u64>,
     },
+    /// 503: the node is serving all the requests it may and as many wait. Retryable.
+    Overloaded(String),
     /// 500: the node's own invariant broke (a malformed effect from the leader).
     Internal(String),
 }
@@ -67,6 +71,11 @@ impl ApiError {
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m.clone()),
             ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
+            ApiError::MethodNotAllowed(m) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                m.clone(),
+            ),
             ApiError::NotHead { expected, got } => {
                 fields.insert("expected".into(), json!(expected));
                 fields.insert("got".into(), json!(got));
@@ -101,6 +110,7 @@ impl ApiError {
                     message.clone(),
                 )
             }
+            ApiError::Overloaded(m) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", m.clone()),
             ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m.clone()),
         };
         (status, code, message, fields)

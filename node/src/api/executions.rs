@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::extract::{event_id, execution_id, parse_json, parse_query, read_body};
+use super::extract::{event_id, execution_id, parse_json, parse_query, read_body, PathParams};
 use super::forward::{forward, set_leader_header};
 use crate::node::{Consistency, Node, ReadError, WriteError};
 
@@ -99,7 +99,7 @@ pub(super) async fn read_barrier(
 /// `POST /v1/executions/{id}/events`
 pub async fn append(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -155,7 +155,7 @@ fn from_log_json(outcome: &FromLog) -> Value {
 /// `POST /v1/executions/{id}/populate`
 pub async fn populate(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -183,7 +183,7 @@ struct ReplicatedBody {
 /// `POST /v1/executions/{id}/replicated`
 pub async fn replicated(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -251,7 +251,7 @@ where
 /// `GET /v1/executions/{id}/chain` — the guarded read.
 pub async fn chain(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -283,7 +283,7 @@ pub async fn chain(
 /// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis.
 pub async fn chain_raw(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -301,7 +301,7 @@ pub async fn chain_raw(
 /// `GET /v1/executions/{id}/state`
 pub async fn state(
     State(node): State<Arc<Node>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -327,7 +327,7 @@ pub async fn state(
 /// `GET /v1/executions/{id}/events/{event_id}`
 pub async fn event(
     State(node): State<Arc<Node>>,
-    Path((id, event)): Path<(String, String)>,
+    PathParams((id, event)): PathParams<(String, String)>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {

@@ -2,6 +2,8 @@
 //! query strings decoded with a precise 400, ids validated before anything touches storage.
 
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Uri};
 use raft_store::{EventId, ExecutionId};
 use serde::de::DeserializeOwned;
@@ -42,6 +44,25 @@ pub fn parse_query<T: DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
     axum::extract::Query::<T>::try_from_uri(uri)
         .map(|q| q.0)
         .map_err(|e| ApiError::InvalidInput(format!("malformed query string: {}", e.body_text())))
+}
+
+/// Path parameters, refused in the API's error format (axum's own rejection is plain text):
+/// a bad percent-escape is a 400 `invalid_input` like any other bad id.
+pub struct PathParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(params)| PathParams(params))
+            .map_err(|e| ApiError::InvalidInput(format!("bad path: {}", e.body_text())))
+    }
 }
 
 /// Validates an execution id from the path.

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod capacity;
 pub mod cluster;
 pub mod error;
 pub mod executions;
@@ -17,11 +18,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chainstore_transport::Role;
-use tower::limit::ConcurrencyLimitLayer;
 
 use crate::node::Node;
 use crate::raft_api;
 use auth::{guard, Access};
+use capacity::{admit, Capacity};
 use error::ApiError;
 
 /// The whole HTTP surface of a node. Tests call it without a socket.
@@ -65,17 +66,35 @@ pub fn app(node: Arc<Node>) -> Router {
     let public = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));
-    let concurrency_max = node.config().limits.concurrency_max;
-    Router::new()
+    // Clients and peers are admitted apart: a client flood never queues a heartbeat.
+    let limits = &node.config().limits;
+    let metrics = Some(Arc::clone(node.metrics()));
+    let clients = Capacity::new(
+        "client",
+        limits.concurrency_max,
+        limits.queue_max,
+        metrics.clone(),
+    );
+    let peers = Capacity::new(
+        "peer",
+        limits.peer_concurrency_max,
+        limits.peer_queue_max,
+        metrics,
+    );
+    let client_routes = Router::new()
         .merge(guarded(Access::Client(Role::Read), read))
         .merge(guarded(Access::Client(Role::Write), write))
         .merge(guarded(Access::Client(Role::Admin), admin))
-        .merge(guarded(Access::Peer, peer))
+        .route_layer(middleware::from_fn_with_state(clients, admit));
+    let peer_routes =
+        guarded(Access::Peer, peer).route_layer(middleware::from_fn_with_state(peers, admit));
+    Router::new()
+        .merge(client_routes)
+        .merge(peer_routes)
         .merge(public)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(Arc::clone(&node), deadline))
-        .layer(ConcurrencyLimitLayer::new(concurrency_max))
         .with_state(node)
 }
 
@@ -84,7 +103,7 @@ async fn not_found() -> Response {
 }
 
 async fn method_not_allowed() -> Response {
-    ApiError::NotFound("no such route for this method".into()).into_response()
+    ApiError::MethodNotAllowed("this route does not take this method".into()).into_response()
 }
 
 /// Bounds every request by the configured deadline.

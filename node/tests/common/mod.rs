@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod inproc;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -39,6 +40,8 @@ pub struct Options {
     pub tls_reload_poll_ms: u64,
     /// Election timeouts (min, max) in milliseconds.
     pub election_ms: (u64, u64),
+    /// More flags for every node.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -51,6 +54,7 @@ impl Default for Options {
             tls: false,
             tls_reload_poll_ms: 10_000,
             election_ms: (600, 1200),
+            extra_args: Vec::new(),
         }
     }
 }
@@ -251,6 +255,7 @@ impl Cluster {
             .arg(options.log_entries_kept.to_string())
             .arg("--purge-batch-entries")
             .arg(options.purge_batch_entries.to_string())
+            .args(&options.extra_args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
