@@ -1,26 +1,90 @@
 //! [`Chain`]: the sequential model of one execution's chain, as SPEC §4.1 and §6 define it for
 //! appends and guarded reads.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
 use crate::{Answer, Op};
 
 /// One execution's chain: its events in seq order, each with the content it was stored with.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+///
+/// Persistent: the search clones a state at every step and keeps thousands of them, so a chain
+/// shares its prefix with the chain it grew from (a clone is a reference count), and carries a
+/// fingerprint of its whole content, updated as it grows (a memo key costs nothing to hash).
+#[derive(Clone, Default)]
 pub struct Chain {
-    events: Vec<(String, u64)>,
+    tip: Option<Arc<Link>>,
+    len: usize,
+    fingerprint: u64,
+}
+
+struct Link {
+    event: String,
+    content: u64,
+    prev: Option<Arc<Link>>,
 }
 
 impl Chain {
     /// The event ids in seq order.
     pub fn event_ids(&self) -> Vec<&str> {
-        self.events.iter().map(|(id, _)| id.as_str()).collect()
+        let mut ids: Vec<&str> = self.links().map(|l| l.event.as_str()).collect();
+        ids.reverse();
+        ids
+    }
+
+    /// Events stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the chain holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A hash of every event and content in order (SipHash with fixed keys, chained).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The links from the head back to the first event.
+    fn links(&self) -> impl Iterator<Item = &Link> {
+        std::iter::successors(self.tip.as_deref(), |l| l.prev.as_deref())
     }
 
     fn head(&self) -> Option<&str> {
-        self.events.last().map(|(id, _)| id.as_str())
+        self.tip.as_ref().map(|l| l.event.as_str())
     }
 
-    fn position(&self, event: &str) -> Option<usize> {
-        self.events.iter().position(|(id, _)| id == event)
+    /// The seq of `event` and the content stored with it.
+    fn find(&self, event: &str) -> Option<(u64, u64)> {
+        self.links()
+            .zip((1..=self.len as u64).rev())
+            .find(|(l, _)| l.event == event)
+            .map(|(l, seq)| (seq, l.content))
+    }
+
+    fn push(&self, event: &str, content: u64) -> Chain {
+        let mut hasher = DefaultHasher::new();
+        (self.fingerprint, event, content).hash(&mut hasher);
+        Chain {
+            tip: Some(Arc::new(Link {
+                event: event.to_string(),
+                content,
+                prev: self.tip.clone(),
+            })),
+            len: self.len + 1,
+            fingerprint: hasher.finish(),
+        }
+    }
+
+    /// Whether `events` are exactly this chain's ids, in order.
+    fn reads_as(&self, events: &[String]) -> bool {
+        events.len() == self.len
+            && self
+                .links()
+                .zip(events.iter().rev())
+                .all(|(l, id)| l.event == *id)
     }
 
     /// The state after `op` answered `answer`, or `None` when no state can give that answer.
@@ -31,9 +95,7 @@ impl Chain {
     pub fn step(&self, op: &Op, answer: &Answer) -> Option<Chain> {
         match op {
             Op::Read => match answer {
-                Answer::Chain { events } => (events.len() == self.events.len()
-                    && events.iter().zip(&self.events).all(|(a, (b, _))| a == b))
-                .then(|| self.clone()),
+                Answer::Chain { events } => self.reads_as(events).then(|| self.clone()),
                 Answer::CannotAnswer | Answer::Unknown => Some(self.clone()),
                 _ => None,
             },
@@ -42,10 +104,9 @@ impl Chain {
                 prev,
                 content,
             } => {
-                if let Some(at) = self.position(event) {
+                if let Some((seq, stored)) = self.find(event) {
                     // Idempotency comes first: a stored id answers from what is stored.
-                    let same = self.events[at].1 == *content;
-                    let seq = at as u64 + 1;
+                    let same = stored == *content;
                     let valid = match answer {
                         Answer::Appended {
                             seq: s,
@@ -58,13 +119,12 @@ impl Chain {
                     return valid.then(|| self.clone());
                 }
                 if prev.as_deref() == self.head() {
-                    let mut next = self.clone();
-                    next.events.push((event.clone(), *content));
+                    let next = self.push(event, *content);
                     let valid = match answer {
                         Answer::Appended {
                             seq,
                             duplicate: false,
-                        } => *seq == next.events.len() as u64,
+                        } => *seq == next.len as u64,
                         Answer::Unknown => true,
                         _ => false,
                     };
@@ -79,6 +139,25 @@ impl Chain {
                 }
             }
         }
+    }
+}
+
+impl PartialEq for Chain {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self.fingerprint == other.fingerprint
+            && self
+                .links()
+                .zip(other.links())
+                .all(|(a, b)| a.event == b.event && a.content == b.content)
+    }
+}
+
+impl Eq for Chain {}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.event_ids()).finish()
     }
 }
 

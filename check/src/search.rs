@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::model::Chain;
 use crate::{Answer, Entry, History, Op};
@@ -251,13 +251,10 @@ impl Events {
     }
 }
 
-/// The memo key of a search state: the placed set and a fingerprint of the chain (a 64-bit
-/// SipHash with fixed keys and the chain's length; a collision could only prune a state, and is
-/// vanishingly unlikely at the sizes checked).
+/// The memo key of a search state: the placed set, and the chain's length and fingerprint (a
+/// collision could only prune a state, and is vanishingly unlikely at the sizes checked).
 fn key(placed: &[u64], chain: &Chain) -> (Vec<u64>, usize, u64) {
-    let mut hasher = DefaultHasher::new();
-    chain.hash(&mut hasher);
-    (placed.to_vec(), chain.event_ids().len(), hasher.finish())
+    (placed.to_vec(), chain.len(), chain.fingerprint())
 }
 
 /// Checks one execution's operations.
