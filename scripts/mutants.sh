@@ -36,12 +36,12 @@ trap 'git -C "$root" worktree remove --force "$tree"' EXIT
 export CARGO_TARGET_DIR="$root/target"
 case "$part" in
   store)
-    cargo mutants -d "$tree" --in-place --shuffle -j 1 --test-tool nextest --timeout 300 \
+    cargo mutants -d "$tree" --in-place --shuffle --test-tool nextest --timeout 300 \
       --file 'raft-store/src/chain/*.rs' --test-package raft-store \
       --output "$root/target/mutants/store" "$@"
     ;;
   node)
-    cargo mutants -d "$tree" --in-place --shuffle -j 1 --test-tool nextest --timeout 600 \
+    cargo mutants -d "$tree" --in-place --shuffle --test-tool nextest --timeout 600 \
       --file node/src/node.rs --test-package chainstore-node --test-package chaos \
       --output "$root/target/mutants/node" "$@" -- -E 'package(chainstore-node) | binary(scenarios)'
     ;;
