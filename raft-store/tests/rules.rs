@@ -294,6 +294,34 @@ fn an_oversized_payload_is_too_large_and_writes_nothing() {
     );
 }
 
+#[test]
+fn a_log_longer_than_the_limit_is_too_large_and_writes_nothing() {
+    let config = StoreConfig {
+        populate_events_max: 3,
+        ..StoreConfig::default()
+    };
+    let (_, store) = mem_store_with(config);
+    let four = linked_log(&["a", "b", "c", "d"]);
+    assert!(matches!(
+        store.populate_from_log(&exec("x"), &four, 7),
+        Err(PopulateError::TooLarge(_))
+    ));
+    assert_eq!(
+        store.authority(&exec("x")).unwrap(),
+        Authority::NotPopulated
+    );
+    // At the limit, the log is taken.
+    let three = linked_log(&["a", "b", "c"]);
+    assert_eq!(
+        populate(&store, "x", &three),
+        FromLog::InSync {
+            total: 3,
+            appended: 3
+        }
+    );
+    assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c"]);
+}
+
 // ---- 4.2 apply_replicated ----
 
 #[test]

@@ -52,13 +52,6 @@ pub struct Effect {
     pub coverage: CoverageChange,
 }
 
-impl Effect {
-    /// True when applying the effect cannot change anything.
-    pub fn is_noop(&self) -> bool {
-        self.events.is_empty() && self.watermark.is_none() && self.coverage == CoverageChange::Keep
-    }
-}
-
 /// What applying an effect did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Applied {

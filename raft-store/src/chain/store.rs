@@ -121,11 +121,6 @@ impl<E: Engine> ChainStore<E> {
         &self.engine
     }
 
-    /// The store's limits.
-    pub fn config(&self) -> &StoreConfig {
-        &self.config
-    }
-
     fn lock_writer(&self) -> MutexGuard<'_, ()> {
         // The guarded data is `()`: a poisoned lock protects nothing that could be inconsistent.
         self.writer
