@@ -283,7 +283,8 @@ fn an_oversized_payload_is_too_large_and_writes_nothing() {
     };
     let (_, store) = mem_store_with(config);
     let mut big = req("e1", None);
-    big.payload = json!("x".repeat(100));
+    // 63 characters and two quotes: one byte over.
+    big.payload = json!("x".repeat(63));
     assert!(matches!(
         store.append(&exec("x"), &big, 1),
         Err(AppendError::TooLarge(_))
@@ -292,6 +293,9 @@ fn an_oversized_payload_is_too_large_and_writes_nothing() {
         store.authority(&exec("x")).unwrap(),
         Authority::NotPopulated
     );
+    // Exactly at the limit, it is stored.
+    big.payload = json!("x".repeat(62));
+    assert_eq!(store.append(&exec("x"), &big, 1).unwrap().exec_seq, 1);
 }
 
 #[test]
@@ -323,6 +327,28 @@ fn a_log_longer_than_the_limit_is_too_large_and_writes_nothing() {
 }
 
 // ---- 4.2 apply_replicated ----
+
+#[test]
+fn a_delivery_longer_than_the_limit_is_too_large_and_writes_nothing() {
+    let config = StoreConfig {
+        replicated_events_max: 2,
+        ..StoreConfig::default()
+    };
+    let (_, store) = mem_store_with(config);
+    let x = exec("x");
+    let three = [
+        chain_event("x", 1, "a", None),
+        chain_event("x", 2, "b", Some("a")),
+        chain_event("x", 3, "c", Some("b")),
+    ];
+    assert!(matches!(
+        store.apply_replicated(&x, &three, 1),
+        Err(ReplicateError::TooLarge(_))
+    ));
+    assert_eq!(store.head(&x).unwrap(), None);
+    let applied = store.apply_replicated(&x, &three[..2], 1).unwrap();
+    assert_eq!(applied.applied, 2, "at the limit, the delivery is applied");
+}
 
 #[test]
 fn replicated_events_arrive_out_of_order_the_gap_is_named_then_the_chain_completes() {
@@ -484,6 +510,22 @@ fn a_populated_empty_execution_answers_authoritative_empty() {
         }
     );
     assert_eq!(guarded(&store, "x"), Guarded::Authoritative(vec![]));
+}
+
+#[test]
+fn a_log_already_in_the_store_plans_no_write_and_a_new_one_does() {
+    let (_, store) = mem_store();
+    let x = exec("x");
+    for log in [Vec::new(), linked_log(&["a", "b"])] {
+        let first = store.evaluate_populate(&x, &log).unwrap();
+        assert!(!first.effects.is_empty(), "the first populate writes");
+        populate(&store, "x", &log);
+        let again = store.evaluate_populate(&x, &log).unwrap();
+        assert!(
+            again.effects.is_empty(),
+            "the same log again plans nothing to write: {again:?}"
+        );
+    }
 }
 
 #[test]

@@ -211,6 +211,14 @@ mod tests {
         let k2 = feed(10, &exec("a"), 1);
         assert!(k1 < k2);
         assert_eq!(parse_feed_key(&k1), Some((9, &b"zz"[..], 3)));
+        // A key too short to hold an index, a non-empty id, its separator and a seq is not a
+        // feed key (here: an empty id).
+        let mut no_id = vec![FEED];
+        no_id.extend_from_slice(&9u64.to_be_bytes());
+        no_id.push(b'/');
+        no_id.extend_from_slice(&3u64.to_be_bytes());
+        assert_eq!(parse_feed_key(&no_id), None);
+        assert_eq!(parse_feed_key(&no_id[..no_id.len() - 1]), None);
         let (start, end) = feed_after(9);
         assert!(k1 < start && k2 >= start && k2 < end);
         let (start, end) = feed_after(u64::MAX);
