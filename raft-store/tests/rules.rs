@@ -1033,6 +1033,12 @@ fn the_change_feed_is_commit_ordered_and_pages_never_split_a_commit() {
         ]
     );
     assert_eq!(all.next, 9);
+    let exact = store.changes(0, 5).unwrap();
+    assert_eq!(
+        exact.changes.len(),
+        5,
+        "a page exactly as long as what is left holds all of it"
+    );
 
     let first = store.changes(0, 2).unwrap();
     assert_eq!(
