@@ -6,9 +6,9 @@
 //! - `read`: raw and guarded reads, the walk, the change feed.
 //! - `store`: `ChainStore`, its configuration, and the library entry points.
 
-mod codec;
+pub(crate) mod codec;
 pub(crate) mod effect;
-mod keys;
+pub(crate) mod keys;
 mod read;
 mod store;
 mod write;

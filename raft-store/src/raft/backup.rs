@@ -134,3 +134,27 @@ pub async fn restore_backup<E: Engine + ?Sized>(
     engine.write_durable(batch).map_err(storage)?;
     Ok(last_log_id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::{codec, keys as chain_keys};
+
+    #[test]
+    fn a_backup_without_a_readable_format_record_is_refused_before_anything_else() {
+        let other = b"s/anything".to_vec();
+        let without = snapshot::encode(&[(other.clone(), b"x".to_vec())]);
+        assert!(matches!(
+            inspect_backup(&without),
+            Err(BackupError::Open(OpenError::NoFormatRecord))
+        ));
+        let future = snapshot::encode(&[
+            (chain_keys::FORMAT.to_vec(), codec::encode_format(99)),
+            (other, b"x".to_vec()),
+        ]);
+        assert!(matches!(
+            inspect_backup(&future),
+            Err(BackupError::Open(OpenError::UnknownFormat { found: 99 }))
+        ));
+    }
+}
