@@ -221,6 +221,24 @@ fn genesis_on_an_execution_populated_as_empty_is_invalid_input() {
 }
 
 #[test]
+fn genesis_on_an_execution_whose_log_was_refused_is_invalid_input() {
+    // Populated as empty, then a refused log revoked its coverage: the watermark stays as
+    // evidence, and the store has still seen the execution.
+    let (_, store) = mem_store();
+    populate(&store, "x", &[]);
+    let two_roots = [log_event("a", None), log_event("b", None)];
+    assert!(matches!(
+        populate(&store, "x", &two_roots),
+        FromLog::Refused { .. }
+    ));
+    assert!(matches!(
+        store.append(&exec("x"), &genesis("g1"), 3),
+        Err(AppendError::InvalidInput(_))
+    ));
+    assert!(!matches!(guarded(&store, "x"), Guarded::Authoritative(_)));
+}
+
+#[test]
 fn an_append_to_a_log_covered_execution_revokes_coverage_until_the_log_confirms_it() {
     let (_, store) = mem_store();
     populate(&store, "x", &linked_log(&["a", "b"]));
