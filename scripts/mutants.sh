@@ -13,7 +13,7 @@
 #
 # Mutants are applied in a worktree of HEAD (target/mutants/tree, so uncommitted work is never
 # touched) that builds into this checkout's target directory: dependencies, RocksDB among them,
-# are not built again. Mutants run in a shuffled order, so a run stopped early is a fair
+# are built once per part (for the tested packages' features) and kept for later runs. Mutants run in a shuffled order, so a run stopped early is a fair
 # sample. Results go to target/mutants/<part>/mutants.out/ (caught.txt, missed.txt,
 # timeout.txt, unviable.txt, outcomes.json); --iterate resumes, skipping mutants already caught.
 set -euo pipefail
