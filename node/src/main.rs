@@ -315,13 +315,13 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     }
     let limits = &mut node.limits;
     if let Some(n) = cli.max_concurrent_requests.or(file.max_concurrent_requests) {
-        limits.concurrency_max = n.max(1);
+        limits.concurrency_max = n;
     }
     if let Some(n) = cli.max_queued_requests.or(file.max_queued_requests) {
         limits.queue_max = n;
     }
     if let Some(n) = cli.max_connections.or(file.max_connections) {
-        limits.connections_max = n.max(1);
+        limits.connections_max = n;
     }
     if let Some(ms) = cli.header_read_timeout_ms.or(file.header_read_timeout_ms) {
         limits.header_read_timeout = Duration::from_millis(ms.max(1));

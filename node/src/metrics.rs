@@ -294,6 +294,11 @@ impl Metrics {
             .store(not_after_unix.unwrap_or(0), Ordering::Relaxed);
     }
 
+    /// Requests of `class` refused because the class was full.
+    pub fn shed(&self, class: &str) -> u64 {
+        self.shed.get(class)
+    }
+
     /// The count of appends with `outcome` (for tests).
     pub fn appends(&self, outcome: &str) -> u64 {
         self.appends.get(outcome)

@@ -23,8 +23,7 @@ pub struct Capacity {
     slots: Semaphore,
     waiting: AtomicUsize,
     queued: usize,
-    shed: AtomicUsize,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Arc<Metrics>,
 }
 
 /// Leaves the queue when dropped, also when the waiting request is cancelled.
@@ -43,21 +42,15 @@ impl Capacity {
         class: &'static str,
         running: usize,
         queued: usize,
-        metrics: Option<Arc<Metrics>>,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         Arc::new(Self {
             class,
             slots: Semaphore::new(running.max(1)),
             waiting: AtomicUsize::new(0),
             queued,
-            shed: AtomicUsize::new(0),
             metrics,
         })
-    }
-
-    /// Requests refused because the class was full.
-    pub fn shed(&self) -> u64 {
-        self.shed.load(Ordering::Relaxed) as u64
     }
 
     async fn run(&self, request: Request, next: Next) -> Response {
@@ -68,10 +61,7 @@ impl Capacity {
         let in_queue = InQueue(&self.waiting);
         if ahead >= self.queued {
             drop(in_queue);
-            self.shed.fetch_add(1, Ordering::Relaxed);
-            if let Some(metrics) = &self.metrics {
-                metrics.record_shed(self.class);
-            }
+            self.metrics.record_shed(self.class);
             return ApiError::Overloaded(format!(
                 "the node is serving as many {} requests as it may and as many wait; try again",
                 self.class
@@ -135,7 +125,8 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_the_running_and_queued_requests_the_rest_are_refused_at_once() {
-        let capacity = Capacity::new("client", 2, 1, None);
+        let metrics = Arc::new(Metrics::default());
+        let capacity = Capacity::new("client", 2, 1, Arc::clone(&metrics));
         let release = Arc::new(Notify::new());
         let router = blocking(Arc::clone(&capacity), Arc::clone(&release));
         let admitted: Vec<_> = (0..3).map(|_| call(&router)).collect();
@@ -148,7 +139,7 @@ mod tests {
                 .expect("task");
             assert_eq!(refused, StatusCode::SERVICE_UNAVAILABLE);
         }
-        assert_eq!(capacity.shed(), 2);
+        assert_eq!(metrics.shed("client"), 2);
         // Releasing the running ones lets the queued one through.
         for _ in 0..3 {
             release.notify_one();
@@ -168,7 +159,7 @@ mod tests {
         let requeued = call(&router);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(
-            capacity.shed(),
+            metrics.shed("client"),
             2,
             "the aborted waiter's place was given back"
         );

@@ -68,12 +68,12 @@ pub fn app(node: Arc<Node>) -> Router {
         .route("/readyz", get(ops::readyz));
     // Clients and peers are admitted apart: a client flood never queues a heartbeat.
     let limits = &node.config().limits;
-    let metrics = Some(Arc::clone(node.metrics()));
+    let metrics = Arc::clone(node.metrics());
     let clients = Capacity::new(
         "client",
         limits.concurrency_max,
         limits.queue_max,
-        metrics.clone(),
+        Arc::clone(&metrics),
     );
     let peers = Capacity::new(
         "peer",
