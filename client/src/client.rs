@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chainstore_model::{
-    AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, LogEvent, Replicated,
+    AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded, GuardedPage,
+    LogEvent, Replicated,
 };
 use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
@@ -21,7 +22,8 @@ use serde_json::{json, Value};
 
 use crate::error::ClientError;
 use crate::types::{
-    parse_from_log, Backup, ChangesPage, ClusterStatus, GuardedRead, ReadOptions, StateView,
+    parse_from_log, Backup, ChangesPage, ClusterStatus, GuardedPageRead, GuardedRead, PageRequest,
+    ReadOptions, StateView,
 };
 
 /// Header naming the leader on write answers.
@@ -454,20 +456,86 @@ impl Client {
         Self::decode(answer)
     }
 
-    /// The guarded read: the chain when the store can prove it whole, or why it cannot.
+    /// The guarded read: the chain when the store can prove it whole, or why it cannot. Read
+    /// in pages (each a bounded answer, whatever the chain's length): the first page fixes the
+    /// chain's extent and the applied index; every later page is pinned to that extent and asks
+    /// a node that has applied at least as far, so the events come back exactly once each, in
+    /// order, as of the first page, while appends go on.
     pub async fn chain(
         &self,
         exec: &ExecutionId,
         options: ReadOptions,
     ) -> Result<GuardedRead, ClientError> {
+        let mut request = PageRequest::first();
+        let mut options = options;
+        let mut events = Vec::new();
+        let mut first_applied = None;
+        loop {
+            let read = self.chain_page(exec, request, options).await?;
+            let page = match read.answer {
+                GuardedPage::CannotAnswer(reason) => {
+                    return Ok(GuardedRead {
+                        answer: Guarded::CannotAnswer(reason),
+                        applied_index: read.applied_index,
+                    })
+                }
+                GuardedPage::Authoritative(page) => page,
+            };
+            let applied_index = *first_applied.get_or_insert(read.applied_index);
+            let through = *request.to_seq.get_or_insert(page.through_seq);
+            if page.through_seq < through
+                || page
+                    .events
+                    .first()
+                    .is_some_and(|e| e.exec_seq != request.from_seq)
+            {
+                return Err(ClientError::Protocol(format!(
+                    "a page from {} did not continue the chain of {exec} through {through}",
+                    request.from_seq
+                )));
+            }
+            events.extend(page.events);
+            match page.next_from_seq {
+                Some(next) if next > request.from_seq && next <= through => {
+                    request.from_seq = next;
+                    options.min_index = Some(options.min_index.unwrap_or(0).max(applied_index));
+                }
+                Some(next) => {
+                    return Err(ClientError::Protocol(format!(
+                        "a page from {} named {next} as the next one",
+                        request.from_seq
+                    )))
+                }
+                None => {
+                    return Ok(GuardedRead {
+                        answer: Guarded::Authoritative(events),
+                        applied_index,
+                    })
+                }
+            }
+        }
+    }
+
+    /// One page of the guarded read: the events of `request`'s range once the store has
+    /// checked the whole chain, the chain's extent (`through_seq`) and where the next page
+    /// starts.
+    pub async fn chain_page(
+        &self,
+        exec: &ExecutionId,
+        request: PageRequest,
+        options: ReadOptions,
+    ) -> Result<GuardedPageRead, ClientError> {
         let answer = self
             .call_ok(
                 Method::GET,
-                &format!("/v1/executions/{exec}/chain{}", options.query()),
+                &format!(
+                    "/v1/executions/{exec}/chain{}",
+                    options.query_with(&request.query())
+                ),
                 None,
             )
             .await?;
-        GuardedRead::from_json(&answer)
+        GuardedPageRead::from_json(&answer)
     }
 
     /// The stored events, unguarded: for diagnosis, never as an answer.

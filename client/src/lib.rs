@@ -22,6 +22,6 @@ pub use consumer::{
 };
 pub use error::ClientError;
 pub use types::{
-    authoritative_events, Backup, ChangesPage, ClusterStatus, Consistency, GuardedRead,
-    ReadOptions, StateView,
+    authoritative_events, Backup, ChangesPage, ClusterStatus, Consistency, GuardedPageRead,
+    GuardedRead, PageRequest, ReadOptions, StateView,
 };

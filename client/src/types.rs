@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use chainstore_model::{
-    Authority, ChainEvent, Change, Coverage, EventId, ExecutionId, FromLog, Guarded, Head, Reason,
-    Refusal,
+    Authority, ChainEvent, ChainPage, Change, Coverage, EventId, ExecutionId, FromLog, Guarded,
+    GuardedPage, Head, Reason, Refusal,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -41,7 +41,15 @@ impl ReadOptions {
 
     /// The query string (with its `?`), empty for the defaults.
     pub(crate) fn query(&self) -> String {
+        self.query_with("")
+    }
+
+    /// The query string with `extra` parameters (`a=1&b=2`) appended.
+    pub(crate) fn query_with(&self, extra: &str) -> String {
         let mut parts = Vec::new();
+        if !extra.is_empty() {
+            parts.push(extra.to_string());
+        }
         if self.consistency == Consistency::Local {
             parts.push("consistency=local".to_string());
         }
@@ -65,21 +73,30 @@ pub struct GuardedRead {
     pub applied_index: u64,
 }
 
-fn reason_from(name: &str) -> Option<Reason> {
-    Reason::ALL.into_iter().find(|r| r.as_str() == name)
+/// One page of the guarded read and the applied index it reflects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardedPageRead {
+    /// `Authoritative(page)` or `CannotAnswer(reason)`.
+    pub answer: GuardedPage,
+    /// The answering node's applied index at the read.
+    pub applied_index: u64,
 }
 
-impl GuardedRead {
+impl GuardedPageRead {
     pub(crate) fn from_json(body: &Value) -> Result<Self, ClientError> {
         let applied_index = body["applied_index"].as_u64().unwrap_or(0);
         let answer = match body["answer"].as_str() {
-            Some("authoritative") => Guarded::Authoritative(
-                serde_json::from_value(body["events"].clone())
+            Some("authoritative") => GuardedPage::Authoritative(ChainPage {
+                events: serde_json::from_value(body["events"].clone())
                     .map_err(|e| ClientError::Protocol(format!("bad events: {e}")))?,
-            ),
+                through_seq: body["through_seq"]
+                    .as_u64()
+                    .ok_or_else(|| ClientError::Protocol("a page without through_seq".into()))?,
+                next_from_seq: body["next_from_seq"].as_u64(),
+            }),
             Some("cannot_answer") => {
                 let name = body["reason"].as_str().unwrap_or_default();
-                Guarded::CannotAnswer(
+                GuardedPage::CannotAnswer(
                     reason_from(name)
                         .ok_or_else(|| ClientError::Protocol(format!("unknown reason {name:?}")))?,
                 )
@@ -91,6 +108,44 @@ impl GuardedRead {
             applied_index,
         })
     }
+}
+
+/// Where a page of a chain read starts and ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    /// First sequence wanted (from 1).
+    pub from_seq: u64,
+    /// Last sequence wanted, if pinned.
+    pub to_seq: Option<u64>,
+    /// Most events wanted; `None` lets the server choose.
+    pub limit: Option<usize>,
+}
+
+impl PageRequest {
+    /// The first page, its size chosen by the server.
+    pub fn first() -> Self {
+        Self {
+            from_seq: 1,
+            to_seq: None,
+            limit: None,
+        }
+    }
+
+    /// The paging part of a query string (without `?` or a leading `&`).
+    pub(crate) fn query(&self) -> String {
+        let mut parts = vec![format!("from_seq={}", self.from_seq)];
+        if let Some(to) = self.to_seq {
+            parts.push(format!("to_seq={to}"));
+        }
+        if let Some(limit) = self.limit {
+            parts.push(format!("limit={limit}"));
+        }
+        parts.join("&")
+    }
+}
+
+fn reason_from(name: &str) -> Option<Reason> {
+    Reason::ALL.into_iter().find(|r| r.as_str() == name)
 }
 
 /// `GET .../state`.

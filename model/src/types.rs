@@ -222,6 +222,29 @@ pub enum Guarded {
     CannotAnswer(Reason),
 }
 
+/// One page of the guarded read: some of the chain's events, served only after the whole
+/// partition passed the guarded read's checks in the same point-in-time view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainPage {
+    /// Events in sequence order, from the requested sequence on (empty past the end).
+    pub events: Vec<ChainEvent>,
+    /// The sequence of the chain's newest event in the view the page was checked in: the whole
+    /// chain `1..=through_seq` was authoritative there.
+    pub through_seq: u64,
+    /// The sequence the following page starts at, or `None` when this page reaches
+    /// `through_seq` (or the requested end).
+    pub next_from_seq: Option<u64>,
+}
+
+/// The answer of a paged guarded read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GuardedPage {
+    /// The whole chain is authoritative; here is one page of it.
+    Authoritative(ChainPage),
+    /// The store cannot answer; ask the authoritative source.
+    CannotAnswer(Reason),
+}
+
 /// Result of walking an execution from its head to its root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completeness {

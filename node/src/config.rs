@@ -22,6 +22,8 @@ pub struct Limits {
     /// Most events one populate entry carries; a longer populate is proposed as several
     /// entries, coverage first and watermark last.
     pub populate_batch_events_max: usize,
+    /// Most events one populate request may carry (the whole log of one execution).
+    pub populate_events_max: usize,
     /// Client requests served at once (every route but `/raft/*`, `/healthz`, `/readyz`).
     pub concurrency_max: usize,
     /// Client requests that may wait for a slot; beyond them a request is refused at once
@@ -50,6 +52,11 @@ pub struct Limits {
     pub rpc_connect_timeout: Duration,
     /// Most changes one `/v1/changes` page returns.
     pub changes_page_max: usize,
+    /// Most stored bytes of events one chain answer carries: a page is cut there (it always
+    /// holds one event), and an unpaged read of a longer chain is refused with 413 `too_large`.
+    pub read_bytes_max: usize,
+    /// Most events one page of `chain` or `chain/raw` may ask for (`limit`).
+    pub read_page_events_max: usize,
     /// Longest answer read from a peer (a Raft RPC answer, a forwarded request's answer).
     pub peer_response_bytes_max: usize,
     /// How long a connection may take to send a request's headers, counted from the end of
@@ -67,6 +74,7 @@ impl Default for Limits {
             append_rpc_bytes_max: 32 << 20,
             payload_bytes_max: 1 << 20,
             populate_batch_events_max: 1_000,
+            populate_events_max: 100_000,
             concurrency_max: 512,
             queue_max: 1024,
             peer_concurrency_max: 64,
@@ -79,6 +87,8 @@ impl Default for Limits {
             membership_timeout: Duration::from_secs(8),
             rpc_connect_timeout: Duration::from_secs(1),
             changes_page_max: 10_000,
+            read_bytes_max: 16 << 20,
+            read_page_events_max: 10_000,
             peer_response_bytes_max: 256 << 20,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),

@@ -38,5 +38,5 @@ pub use chainstore_transport::{
     ReqwestTransport, Role, Transport, TransportError, TransportOptions,
 };
 pub use config::{Limits, NodeConfig, RaftTimings};
-pub use node::{Consistency, Leader, Node, StartError};
+pub use node::{Consistency, ElectRequest, HandOff, Leader, Node, StartError};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};

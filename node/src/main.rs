@@ -13,8 +13,8 @@ use chainstore_node::bootstrap::{bootstrap, parse_voters, Bootstrapped};
 use chainstore_node::server::{serve, ServeOptions};
 use chainstore_node::tls::{NodeTls, Reloaded, TlsFiles};
 use chainstore_node::{
-    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens, Transport,
-    TransportOptions,
+    app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens,
+    Transport, TransportOptions,
 };
 use chainstore_transport::tls::TlsClientOptions;
 use chainstore_transport::ServerCheck;
@@ -414,6 +414,9 @@ fn init_logging(format: &str) {
     }
 }
 
+/// How long a stopping leader tries to hand its leadership over.
+const HAND_OFF_WITHIN: Duration = Duration::from_secs(2);
+
 async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -521,14 +524,23 @@ async fn run(settings: Settings) -> Result<(), String> {
         shutdown_grace: limits.request_timeout,
         connections_max: limits.connections_max,
     };
-    serve(
-        listener,
-        app(Arc::clone(&node)),
-        tls,
-        options,
-        shutdown_signal(),
-    )
-    .await;
+    // On SIGTERM a leader first hands its leadership over (a successor is elected within a
+    // round trip instead of an election timeout), then the server drains within its grace.
+    let stopping = {
+        let node = Arc::clone(&node);
+        async move {
+            shutdown_signal().await;
+            tracing::info!("stopping");
+            match node.hand_off_leadership(HAND_OFF_WITHIN).await {
+                HandOff::NotLeader => {}
+                HandOff::HandedTo(successor) => {
+                    tracing::info!(successor, "handed leadership over")
+                }
+                HandOff::NoSuccessor(why) => tracing::warn!(%why, "leadership not handed over"),
+            }
+        }
+    };
+    serve(listener, app(Arc::clone(&node)), tls, options, stopping).await;
     tracing::info!("shutting down");
     // In-flight requests have finished; stop Raft so the log and state machine close cleanly.
     let _ = tokio::time::timeout(Duration::from_secs(5), node.shutdown()).await;

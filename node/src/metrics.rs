@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use raft_store::raft::{NodeId, Rejection};
-use raft_store::{AppendError, Appended, FromLog, Guarded, PopulateError};
+use raft_store::{AppendError, Appended, FromLog, GuardedPage, PopulateError};
 
 use crate::node::WriteError;
 
@@ -261,10 +261,10 @@ impl Metrics {
     }
 
     /// Counts one guarded read answer.
-    pub fn record_guarded(&self, answer: &Guarded) {
+    pub fn record_guarded(&self, answer: &GuardedPage) {
         self.guarded_reads.inc(match answer {
-            Guarded::Authoritative(_) => "authoritative",
-            Guarded::CannotAnswer(reason) => reason.as_str(),
+            GuardedPage::Authoritative(_) => "authoritative",
+            GuardedPage::CannotAnswer(reason) => reason.as_str(),
         });
     }
 

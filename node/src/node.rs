@@ -8,6 +8,7 @@
 //! given only after the leader confirms its leadership with a read-index round.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,6 +131,36 @@ pub struct Node {
     peer_credentials: PeerCredentials,
     metrics: Arc<Metrics>,
     health: Arc<StorageHealth>,
+    /// Set while this node hands its leadership over before stopping: new writes are refused
+    /// (503, retryable) so that a successor can catch up with a log that no longer grows.
+    handing_off: AtomicBool,
+    /// Proposals under way (counted before the hand-off flag is checked, so a hand-off that
+    /// sees none knows no proposal will follow).
+    proposing: AtomicUsize,
+}
+
+/// What a leadership hand-off came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandOff {
+    /// This node was not the leader: nothing to hand over.
+    NotLeader,
+    /// Another node leads now.
+    HandedTo(NodeId),
+    /// No successor took over in time; the others elect one once this node stops.
+    NoSuccessor(String),
+}
+
+/// The body of `POST /raft/elect`: the leader of `term`, `from`, asks the receiver to stand for
+/// election now, as it is caught up through `last_log_index`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElectRequest {
+    /// The leader stepping down.
+    pub from: NodeId,
+    /// Its term.
+    pub term: u64,
+    /// Its last log index, which the receiver has matched.
+    pub last_log_index: u64,
 }
 
 impl Node {
@@ -143,6 +174,7 @@ impl Node {
         let store_config = StoreConfig {
             payload_bytes_max: config.limits.payload_bytes_max,
             populate_batch_events_max: config.limits.populate_batch_events_max,
+            populate_events_max: config.limits.populate_events_max,
             // The Raft log is the durable record; applies are synced before a purge.
             sync_writes: false,
             ..StoreConfig::default()
@@ -195,6 +227,8 @@ impl Node {
             peer_credentials,
             metrics,
             health,
+            handing_off: AtomicBool::new(false),
+            proposing: AtomicUsize::new(0),
         }))
     }
 
@@ -275,6 +309,119 @@ impl Node {
         }
     }
 
+    /// Hands leadership to the most caught-up voter before this node stops, so that writes
+    /// resume within a round trip instead of after an election timeout. New writes are refused
+    /// (retryable) from now on; once a voter has matched the whole log, it is asked to stand
+    /// (`/raft/elect`), and this node, whose log it matches, grants it its vote. Takes at most
+    /// `within`; if no successor takes over by then, the others elect one after this node stops.
+    pub async fn hand_off_leadership(&self, within: Duration) -> HandOff {
+        if self.raft.metrics().borrow().current_leader != Some(self.config.id) {
+            return HandOff::NotLeader;
+        }
+        self.handing_off.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + within;
+        // Proposals already under way finish first: the successor must match a log that no
+        // longer grows, or the stopping leader would refuse it its vote.
+        while self.proposing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut asked = BTreeSet::new();
+        let mut asked_at = tokio::time::Instant::now();
+        loop {
+            let m = self.raft.metrics().borrow().clone();
+            match m.current_leader {
+                Some(leader) if leader != self.config.id => return HandOff::HandedTo(leader),
+                _ => {}
+            }
+            if m.state != ServerState::Leader {
+                // Leadership is already changing hands; wait for the new leader to show.
+            } else if let Some((successor, addr)) = caught_up_voter(&m, self.config.id) {
+                // A successor that has not won within a few heartbeats is asked again (its
+                // first campaign may have met an entry it did not have yet).
+                if asked_at.elapsed() > STAND_RETRY {
+                    asked.clear();
+                }
+                if asked.insert(successor) {
+                    asked_at = tokio::time::Instant::now();
+                    let request = ElectRequest {
+                        from: self.config.id,
+                        term: m.current_term,
+                        last_log_index: m.last_log_index.unwrap_or(0),
+                    };
+                    if let Err(err) = self.ask_to_stand(successor, &addr, &request).await {
+                        tracing::warn!(successor, %err, "the successor did not stand");
+                        asked.remove(&successor);
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return HandOff::NoSuccessor(format!(
+                    "no voter took over within {within:?} (asked: {asked:?})"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn ask_to_stand(
+        &self,
+        successor: NodeId,
+        addr: &str,
+        request: &ElectRequest,
+    ) -> Result<(), String> {
+        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let request = self
+            .peer_credentials
+            .request(http::Method::POST, successor, addr, "/raft/elect")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(bytes::Bytes::from(body))
+            .map_err(|e| e.to_string())?;
+        let answer = self
+            .transport
+            .send(request, self.config.limits.rpc_connect_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        if answer.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {}", answer.status()))
+        }
+    }
+
+    /// `POST /raft/elect`: stands for election now when the request comes from the leader this
+    /// node follows, in its current term, and this node has the leader's whole log (so the
+    /// stepping-down leader will grant its vote). Anything else is refused and changes nothing.
+    pub async fn stand_for_election(&self, request: &ElectRequest) -> Result<(), String> {
+        let m = self.raft.metrics().borrow().clone();
+        let voter = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id == self.config.id);
+        if !voter {
+            return Err("this node is not a voter".into());
+        }
+        if m.current_leader != Some(request.from) || m.current_term != request.term {
+            return Err(format!(
+                "this node follows {:?} in term {}, not {} in term {}",
+                m.current_leader, m.current_term, request.from, request.term
+            ));
+        }
+        let last = m.last_log_index.unwrap_or(0);
+        if last < request.last_log_index {
+            return Err(format!(
+                "this node's log ends at {last}, before the leader's {}",
+                request.last_log_index
+            ));
+        }
+        tracing::info!(
+            from = request.from,
+            term = request.term,
+            "the leader is stepping down: standing for election"
+        );
+        self.raft.trigger().elect().await.map_err(|e| e.to_string())
+    }
+
     // ---- the write path ----
 
     /// Waits until this node is the leader and has applied an entry of its current term.
@@ -283,6 +430,11 @@ impl Node {
             return Err(WriteError::Unavailable(format!(
                 "this node's storage failed: {failure}"
             )));
+        }
+        if self.handing_off.load(Ordering::SeqCst) {
+            return Err(WriteError::Unavailable(
+                "this node is stopping and hands its leadership over; retry".into(),
+            ));
         }
         let mut metrics = self.raft.metrics();
         let wait = async {
@@ -322,6 +474,13 @@ impl Node {
 
     /// Proposes one effect and waits until it is applied here. Returns its log index and result.
     async fn propose(&self, effect: Effect) -> Result<(u64, CommandResult), WriteError> {
+        self.proposing.fetch_add(1, Ordering::SeqCst);
+        let _done = Decrement(&self.proposing);
+        if self.handing_off.load(Ordering::SeqCst) {
+            return Err(WriteError::Unavailable(
+                "this node is stopping and hands its leadership over; retry".into(),
+            ));
+        }
         let write = self.raft.client_write(Command::Effect(effect));
         match tokio::time::timeout(self.config.limits.write_timeout, write).await {
             Err(_) => Err(WriteError::Unavailable(
@@ -639,6 +798,38 @@ fn membership_result<T>(outcome: MembershipOutcome<T>) -> Result<(), MembershipE
 }
 
 /// The leader named by `metrics`, with its address.
+/// How long a successor asked to stand has to win before it is asked again.
+const STAND_RETRY: Duration = Duration::from_millis(300);
+
+/// Decrements a counter when dropped.
+struct Decrement<'a>(&'a AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The voter other than `me` whose replication has matched the leader's whole log, if any.
+fn caught_up_voter(
+    metrics: &RaftMetrics<NodeId, BasicNode>,
+    me: NodeId,
+) -> Option<(NodeId, String)> {
+    let last = metrics.last_log_index?;
+    let replication = metrics.replication.as_ref()?;
+    let membership = metrics.membership_config.membership();
+    membership
+        .voter_ids()
+        .filter(|id| *id != me)
+        .find(|id| {
+            replication
+                .get(id)
+                .and_then(|matched| matched.as_ref())
+                .is_some_and(|matched| matched.index >= last)
+        })
+        .and_then(|id| Some((id, membership.get_node(&id)?.addr.clone())))
+}
+
 pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
     let id = metrics.current_leader?;
     let addr = metrics

@@ -14,7 +14,7 @@ use raft_store::raft::{NodeId, TypeConfig};
 use crate::api::error::ApiError;
 use crate::api::extract::{parse_json, read_body};
 use crate::network::decode_snapshot_chunk;
-use crate::node::Node;
+use crate::node::{ElectRequest, Node};
 
 async fn body_bytes(
     node: &Node,
@@ -51,6 +51,20 @@ pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: B
         let request = decode_snapshot_chunk(&bytes)
             .ok_or_else(|| ApiError::InvalidInput("malformed snapshot chunk".into()))?;
         Ok::<_, ApiError>(Json(node.raft().install_snapshot(request).await).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /raft/elect` — the leader, stopping, asks this node to stand for election now
+/// ([`Node::stand_for_election`] says when it does).
+pub async fn elect(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = body_bytes(&node, &headers, body).await?;
+        let request: ElectRequest = parse_json(&bytes)?;
+        node.stand_for_election(&request)
+            .await
+            .map_err(ApiError::Refused)?;
+        Ok::<_, ApiError>(Json(serde_json::json!({ "standing": true })).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use raft_store::engine::{KeyValue, ScanOrder, WriteBatch};
+use raft_store::engine::{EngineView, KeyValue, ScanOrder, WriteBatch};
 use raft_store::{Engine, StorageError};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -123,5 +123,34 @@ impl Engine for WatchedEngine {
         let result = self.inner.write_durable(batch);
         self.metrics.observe_sync(started.elapsed().as_secs_f64());
         self.watch(result)
+    }
+
+    fn view(&self) -> Box<dyn EngineView + '_> {
+        Box::new(WatchedView {
+            engine: self,
+            inner: self.inner.view(),
+        })
+    }
+}
+
+/// A view whose failed reads count towards the node's storage health, as the engine's do.
+struct WatchedView<'a> {
+    engine: &'a WatchedEngine,
+    inner: Box<dyn EngineView + 'a>,
+}
+
+impl EngineView for WatchedView<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.engine.watch(self.inner.get(key))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        self.engine.watch(self.inner.scan(start, end, order, limit))
     }
 }

@@ -170,6 +170,97 @@ async fn killing_the_leader_mid_load_loses_no_acknowledged_append() {
     }
 }
 
+/// SIGTERM to the leader under load: it hands its leadership over before it stops, so a
+/// successor leads within a second (an election timeout and the leader's lease would take
+/// longer), no acknowledged append is lost, and the process exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_leader_hands_leadership_over_within_a_second_and_loses_no_append() {
+    let mut c = Cluster::start(3).await;
+    let old_leader = c.leader().await;
+    let others: Vec<u64> = c
+        .running()
+        .into_iter()
+        .filter(|id| *id != old_leader)
+        .collect();
+    let urls: Vec<String> = c
+        .procs
+        .values()
+        .map(|p| format!("http://{}", p.addr))
+        .collect();
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let stop = Instant::now() + Duration::from_secs(6);
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            tokio::spawn(writer(
+                c.http.clone(),
+                urls.clone(),
+                format!("term-{w}"),
+                stop,
+                Arc::clone(&acks),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let termed_at = Instant::now();
+    c.signal(old_leader, "TERM");
+    // The first moment another node reports itself leader.
+    let successor = loop {
+        let mut found = None;
+        for id in &others {
+            let (_, status) = c.get(*id, "/v1/cluster").await;
+            if status["leader_id"].as_u64() == Some(*id) && status["state"] == "leader" {
+                found = Some(*id);
+            }
+        }
+        if let Some(id) = found {
+            break id;
+        }
+        assert!(
+            termed_at.elapsed() < Duration::from_secs(5),
+            "no successor 5 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let handed_over = termed_at.elapsed();
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let acks = acks.lock().unwrap().clone();
+    let first_after = acks
+        .iter()
+        .filter(|(sent, _, _)| *sent > termed_at)
+        .map(|(_, acked, _)| *acked - termed_at)
+        .min()
+        .expect("writes resumed");
+    println!(
+        "acked {} appends; node {successor} led {handed_over:?} after SIGTERM to node \
+         {old_leader}; the first append sent after it was acknowledged at {first_after:?}",
+        acks.len()
+    );
+    let log = |id: u64| -> String {
+        c.log_of(id)
+            .lines()
+            .filter(|l| l.contains("hand") || l.contains("stand") || l.contains("stopping"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        handed_over < Duration::from_secs(1),
+        "a successor led only {handed_over:?} after SIGTERM\nn{old_leader}: {}\nothers: {}\n{}",
+        log(old_leader),
+        log(others[0]),
+        log(others[1])
+    );
+    let exit = c.wait_exit(old_leader, Duration::from_secs(15)).await;
+    assert!(
+        exit.is_some_and(|status| status.success()),
+        "the stopped leader exits cleanly: {exit:?}"
+    );
+    let acked: Vec<Ack> = acks.into_iter().map(|(_, _, a)| a).collect();
+    let leader = c.leader().await;
+    assert_acks_present(&c, leader, &acked).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_catches_up_from_the_log() {
     let mut c = Cluster::start(3).await;

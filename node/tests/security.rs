@@ -207,6 +207,12 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
         (Needs::Peer, "POST", "/raft/append", json!({})),
         (Needs::Peer, "POST", "/raft/vote", json!({})),
         (Needs::Peer, "POST", "/raft/snapshot", json!({})),
+        (
+            Needs::Peer,
+            "POST",
+            "/raft/elect",
+            json!({ "from": 0, "term": 0, "last_log_index": 0 }),
+        ),
     ];
     let mut fresh = 0;
     for target in [follower, leader] {

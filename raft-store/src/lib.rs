@@ -15,6 +15,8 @@
 
 mod chain;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod raft;
 
 pub use chain::*;

@@ -169,6 +169,47 @@ fn large_values_and_many_keys_round_trip(h: &mut dyn Harness) {
         .all(|((k, v), i)| k[1..] == i.to_be_bytes() && v[..] == i.to_le_bytes()));
 }
 
+fn a_view_reads_the_store_as_it_was_when_taken(h: &mut dyn Harness) {
+    let e = h.engine();
+    put(e, &[(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]);
+    let view = e.view();
+    let mut later = WriteBatch::new();
+    later.put(b"a".to_vec(), b"changed".to_vec());
+    later.delete(b"b".to_vec());
+    later.put(b"bb".to_vec(), b"new".to_vec());
+    e.write(later).unwrap();
+    assert_eq!(view.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(view.get(b"b").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(view.get(b"bb").unwrap(), None);
+    let forward = view.scan(b"a", b"z", ScanOrder::Forward, 10).unwrap();
+    assert_eq!(
+        keys_of(forward),
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+    );
+    let reverse = view.scan(b"a", b"z", ScanOrder::Reverse, 2).unwrap();
+    assert_eq!(keys_of(reverse), vec![b"c".to_vec(), b"b".to_vec()]);
+    assert!(view
+        .scan(b"c", b"c", ScanOrder::Forward, 10)
+        .unwrap()
+        .is_empty());
+    // The engine itself reads the new state.
+    assert_eq!(e.get(b"a").unwrap(), Some(b"changed".to_vec()));
+    // Stepped scans of a view see every key once, in order, whatever the step.
+    for step in [1, 2, 3, 100] {
+        let mut seen = Vec::new();
+        raft_store::engine::scan_in_steps(&*view, b"a", b"z", step, |piece| {
+            seen.extend(keys_of(piece));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+            "step {step}"
+        );
+    }
+}
+
 macro_rules! conformance {
     ($module:ident, $make:expr) => {
         mod $module {
@@ -193,6 +234,10 @@ macro_rules! conformance {
             #[test]
             fn synced_writes_survive_a_restart() {
                 super::synced_writes_survive_a_restart(&mut $make);
+            }
+            #[test]
+            fn a_view_reads_the_store_as_it_was_when_taken() {
+                super::a_view_reads_the_store_as_it_was_when_taken(&mut $make);
             }
             #[test]
             fn large_values_and_many_keys_round_trip() {

@@ -1,7 +1,8 @@
 //! Property tests: random sequences of appends, replicated deliveries and populates run against
 //! the reference model of SPEC §4 (`common/model.rs`) and against the store on both engines.
-//! After every operation, the outcome and every read of every execution (guarded read, raw
-//! chain, authority, coverage, head, completeness) must agree with the model.
+//! After every operation, the outcome and every read of every execution (guarded read, the
+//! guarded read assembled from pages of several sizes, raw chain, authority, coverage, head,
+//! completeness) must agree with the model.
 //!
 //! Operations are drawn against a "true" chain per execution (t0 <- t1 <- ...), so most of them
 //! are plausible (the next event, a prefix of the log) and the rest collide on purpose (wrong
@@ -13,8 +14,8 @@ use common::model::Model;
 use common::*;
 use proptest::prelude::*;
 use raft_store::{
-    AppendError, AppendRequest, ChainEvent, ChainStore, Engine, FromLog, LogEvent, MemEngine,
-    PopulateError, ReplicateError, StoreConfig,
+    AppendError, AppendRequest, ChainEvent, ChainStore, Engine, ExecutionId, FromLog, Guarded,
+    GuardedPage, LogEvent, MemEngine, PageBounds, PopulateError, ReplicateError, StoreConfig,
 };
 use serde_json::{json, Value};
 
@@ -268,6 +269,38 @@ fn norm_populate(r: Result<FromLog, PopulateError>) -> String {
     }
 }
 
+/// The guarded read assembled page by page, each page after the first pinned to the first
+/// page's end; every page must agree on the extent.
+fn paged<E: Engine>(
+    store: &ChainStore<E>,
+    x: &ExecutionId,
+    events_max: usize,
+    bytes_max: usize,
+) -> Guarded {
+    let mut bounds = PageBounds {
+        from_seq: 1,
+        to_seq: None,
+        events_max,
+        bytes_max,
+    };
+    let mut events = Vec::new();
+    loop {
+        match store.chain_page_if_authoritative(x, bounds).unwrap() {
+            GuardedPage::CannotAnswer(reason) => return Guarded::CannotAnswer(reason),
+            GuardedPage::Authoritative(page) => {
+                assert!(!page.events.is_empty() || page.next_from_seq.is_none());
+                let pinned = *bounds.to_seq.get_or_insert(page.through_seq);
+                assert_eq!(page.through_seq, pinned, "the extent moved between pages");
+                events.extend(page.events);
+                match page.next_from_seq {
+                    Some(next) => bounds.from_seq = next,
+                    None => return Guarded::Authoritative(events),
+                }
+            }
+        }
+    }
+}
+
 fn check_reads<E: Engine>(
     store: &ChainStore<E>,
     model: &Model,
@@ -282,6 +315,16 @@ fn check_reads<E: Engine>(
             "guarded read {}",
             at
         );
+        for (events_max, bytes_max) in [(1 + step % 3, usize::MAX), (usize::MAX, 1 + step * 7)] {
+            prop_assert_eq!(
+                paged(store, &x, events_max, bytes_max),
+                model.guarded(&x),
+                "paged guarded read ({} events, {} bytes a page) {}",
+                events_max,
+                bytes_max,
+                at
+            );
+        }
         prop_assert_eq!(
             store.chain(&x).unwrap(),
             model.chain(&x),

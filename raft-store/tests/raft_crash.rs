@@ -475,3 +475,67 @@ fn the_restored_store_is_the_backup_with_the_new_membership_and_a_purged_log() {
     let voters: Vec<NodeId> = membership.membership().voter_ids().collect();
     assert_eq!(voters, vec![1, 2, 3]);
 }
+
+/// Every cut and every damaged byte of a snapshot (installed over the base) and of a backup
+/// (restored into an empty store) is refused, and refused before anything is written: the
+/// engine's writes counter has not moved and every key and guarded read is as it was.
+#[test]
+fn a_damaged_or_truncated_snapshot_or_backup_is_refused_before_anything_is_written() {
+    let inputs = inputs();
+    let (meta, snapshot) = inputs.snapshot.clone();
+    let variants = |bytes: &[u8]| {
+        let mut all: Vec<(String, Vec<u8>)> = (0..bytes.len())
+            .map(|cut| (format!("cut at byte {cut}"), bytes[..cut].to_vec()))
+            .collect();
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.to_vec();
+            damaged[at] ^= 0x10;
+            all.push((format!("byte {at} changed"), damaged));
+        }
+        all
+    };
+    for op in [Op::InstallSnapshot, Op::Restore] {
+        let mut parts = open(&op.prepare());
+        let before = view(&parts);
+        let writes = parts.engine.writes_total();
+        let source = match op {
+            Op::InstallSnapshot => &snapshot,
+            _ => &inputs.backup,
+        };
+        let tried = variants(source);
+        for (what, bytes) in &tried {
+            let outcome = match op {
+                Op::InstallSnapshot => block_on(
+                    parts
+                        .sm
+                        .install_snapshot(&meta, Box::new(std::io::Cursor::new(bytes.clone()))),
+                )
+                .map_err(|e| e.to_string()),
+                _ => {
+                    let voters: BTreeMap<NodeId, String> =
+                        (1..=3).map(|id| (id, format!("new{id}:7001"))).collect();
+                    block_on(restore_backup(
+                        Arc::new(parts.engine.clone()),
+                        1,
+                        &voters,
+                        bytes.clone(),
+                    ))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+                }
+            };
+            assert!(outcome.is_err(), "{op:?}: {what}: accepted");
+            assert_eq!(
+                parts.engine.writes_total(),
+                writes,
+                "{op:?}: {what}: refused, but after a write"
+            );
+        }
+        assert_eq!(view(&parts), before, "{op:?}: the state changed");
+        println!("{op:?}: {} damaged or cut files refused", tried.len());
+        // The undamaged file still goes in: the refusals were the damage's doing.
+        op.run(&mut parts, &inputs)
+            .expect("the whole file installs");
+        assert_ne!(view(&parts), before);
+    }
+}

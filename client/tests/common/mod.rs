@@ -65,6 +65,21 @@ impl InProcCluster {
 
     /// A cluster of `n` formed as `formation` says (`backup` is the file `Restore` uses).
     pub async fn form(n: u64, tokens: Vec<String>, formation: Formation, backup: &[u8]) -> Self {
+        Self::form_tuned(n, tokens, formation, backup, |_| {}).await
+    }
+
+    /// A cluster of `n` with defaults, each node's configuration then adjusted by `tune`.
+    pub async fn start_tuned(n: u64, tune: fn(&mut NodeConfig)) -> Self {
+        Self::form_tuned(n, Vec::new(), Formation::Initialize, &[], tune).await
+    }
+
+    async fn form_tuned(
+        n: u64,
+        tokens: Vec<String>,
+        formation: Formation,
+        backup: &[u8],
+        tune: fn(&mut NodeConfig),
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut listeners = BTreeMap::new();
         for id in 1..=n {
@@ -87,6 +102,7 @@ impl InProcCluster {
                     .expect("usable tokens"),
                 insecure_no_client_auth: tokens.is_empty(),
             };
+            tune(&mut config);
             let engine =
                 RocksEngine::open(&RocksOptions::new(dir.path().join(format!("node-{id}"))))
                     .expect("rocksdb");

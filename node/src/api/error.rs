@@ -38,6 +38,9 @@ pub enum ApiError {
     },
     /// 409: the write would fork a chain.
     Forked(String),
+    /// 409: a peer's request that does not apply to this node's state (a hand-off request from
+    /// a node it does not follow, in another term).
+    Refused(String),
     /// 413: the body or a payload is too large.
     TooLarge(String),
     /// 503: no leader is known or reachable. Retryable.
@@ -95,6 +98,7 @@ impl ApiError {
                 )
             }
             ApiError::Forked(m) => (StatusCode::CONFLICT, "forked", m.clone()),
+            ApiError::Refused(m) => (StatusCode::CONFLICT, "refused", m.clone()),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
             ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
             ApiError::Unavailable {

@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use raft_store::{AppendRequest, ChainEvent, ExecutionId, FromLog, Guarded, LogEvent};
+use raft_store::{
+    AppendRequest, ChainEvent, ExecutionId, FromLog, GuardedPage, LogEvent, PageBounds,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -23,6 +25,64 @@ use crate::node::{Consistency, Node, ReadError, WriteError};
 pub(super) struct ReadQuery {
     pub(super) consistency: Option<String>,
     pub(super) min_index: Option<u64>,
+}
+
+/// The query of `chain` and `chain/raw`: a read's parameters and, for a paged read, where the
+/// page starts (`from_seq`, from 1), how many events it may hold (`limit`) and the last sequence
+/// wanted (`to_seq`: a reader pins it to its first page's `through_seq`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChainQuery {
+    consistency: Option<String>,
+    min_index: Option<u64>,
+    from_seq: Option<u64>,
+    to_seq: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// Events in a page when the reader names no `limit`.
+const PAGE_EVENTS_DEFAULT: usize = 1_000;
+
+impl ChainQuery {
+    /// Whether the reader asked for a page (any of the paging parameters).
+    fn paged(&self) -> bool {
+        self.from_seq.is_some() || self.to_seq.is_some() || self.limit.is_some()
+    }
+
+    /// The page's bounds, or 400 for out-of-range parameters.
+    fn bounds(&self, limits: &crate::config::Limits) -> Result<PageBounds, ApiError> {
+        if self.from_seq == Some(0) || self.to_seq == Some(0) {
+            return Err(ApiError::InvalidInput(
+                "from_seq and to_seq count from 1".into(),
+            ));
+        }
+        let events_max = match self.limit {
+            Some(limit) if limit == 0 || limit > limits.read_page_events_max => {
+                return Err(ApiError::InvalidInput(format!(
+                    "limit must be between 1 and {}",
+                    limits.read_page_events_max
+                )))
+            }
+            Some(limit) => limit,
+            None if self.paged() => PAGE_EVENTS_DEFAULT.min(limits.read_page_events_max),
+            None => usize::MAX,
+        };
+        Ok(PageBounds {
+            from_seq: self.from_seq.unwrap_or(1),
+            to_seq: self.to_seq,
+            events_max,
+            bytes_max: limits.read_bytes_max,
+        })
+    }
+}
+
+/// 413 for an unpaged read whose answer would pass the byte cap.
+fn too_large_unpaged(exec: &ExecutionId, limits: &crate::config::Limits) -> ApiError {
+    ApiError::TooLarge(format!(
+        "the chain of {exec} holds more than {} bytes, the most one answer carries; \
+         read it in pages with from_seq and limit",
+        limits.read_bytes_max
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -220,6 +280,15 @@ impl ReadParams for ReadQuery {
     }
 }
 
+impl ReadParams for ChainQuery {
+    fn consistency(&self) -> Option<&str> {
+        self.consistency.as_deref()
+    }
+    fn min_index(&self) -> Option<u64> {
+        self.min_index
+    }
+}
+
 impl ReadParams for ChangesQuery {
     fn consistency(&self) -> Option<&str> {
         self.consistency.as_deref()
@@ -248,7 +317,9 @@ where
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `GET /v1/executions/{id}/chain` — the guarded read.
+/// `GET /v1/executions/{id}/chain` — the guarded read, whole or by pages. Either way the whole
+/// partition is checked in one view before anything is served; a page also names the chain's
+/// extent in that view (`through_seq`) and where the next page starts (`next_from_seq`).
 pub async fn chain(
     State(node): State<Arc<Node>>,
     PathParams(id): PathParams<String>,
@@ -259,17 +330,26 @@ pub async fn chain(
         Ok(exec) => exec,
         Err(err) => return err.into_response(),
     };
-    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
-        let answer = node.store().chain_if_authoritative(&exec)?;
+    read(&node, &uri, &headers, |query: ChainQuery, applied_index| {
+        let limits = &node.config().limits;
+        let bounds = query.bounds(limits)?;
+        let answer = node.store().chain_page_if_authoritative(&exec, bounds)?;
         node.metrics().record_guarded(&answer);
         Ok(match answer {
-            Guarded::Authoritative(events) => json!({
-                "execution_id": exec,
-                "answer": "authoritative",
-                "events": events,
-                "applied_index": applied_index,
-            }),
-            Guarded::CannotAnswer(reason) => json!({
+            GuardedPage::Authoritative(page) => {
+                if !query.paged() && page.next_from_seq.is_some() {
+                    return Err(too_large_unpaged(&exec, limits));
+                }
+                json!({
+                    "execution_id": exec,
+                    "answer": "authoritative",
+                    "events": page.events,
+                    "applied_index": applied_index,
+                    "through_seq": page.through_seq,
+                    "next_from_seq": page.next_from_seq,
+                })
+            }
+            GuardedPage::CannotAnswer(reason) => json!({
                 "execution_id": exec,
                 "answer": "cannot_answer",
                 "reason": reason.as_str(),
@@ -280,7 +360,7 @@ pub async fn chain(
     .await
 }
 
-/// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis.
+/// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis; whole or by pages.
 pub async fn chain_raw(
     State(node): State<Arc<Node>>,
     PathParams(id): PathParams<String>,
@@ -291,9 +371,18 @@ pub async fn chain_raw(
         Ok(exec) => exec,
         Err(err) => return err.into_response(),
     };
-    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
-        let events = node.store().chain(&exec)?;
-        Ok(json!({ "events": events, "applied_index": applied_index }))
+    read(&node, &uri, &headers, |query: ChainQuery, applied_index| {
+        let limits = &node.config().limits;
+        let bounds = query.bounds(limits)?;
+        let (events, next_from_seq) = node.store().chain_raw_page(&exec, bounds)?;
+        if !query.paged() && next_from_seq.is_some() {
+            return Err(too_large_unpaged(&exec, limits));
+        }
+        Ok(json!({
+            "events": events,
+            "applied_index": applied_index,
+            "next_from_seq": next_from_seq,
+        }))
     })
     .await
 }

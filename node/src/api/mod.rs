@@ -62,7 +62,8 @@ pub fn app(node: Arc<Node>) -> Router {
     let peer = Router::new()
         .route("/raft/append", post(raft_api::append))
         .route("/raft/vote", post(raft_api::vote))
-        .route("/raft/snapshot", post(raft_api::snapshot));
+        .route("/raft/snapshot", post(raft_api::snapshot))
+        .route("/raft/elect", post(raft_api::elect));
     let public = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));

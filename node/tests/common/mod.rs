@@ -307,6 +307,29 @@ impl Cluster {
         }
     }
 
+    /// Waits up to `within` for node `id`'s process to exit on its own; its exit status, or
+    /// `None` if it is still running (then it is killed).
+    pub async fn wait_exit(
+        &mut self,
+        id: u64,
+        within: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        let proc = self.procs.get_mut(&id)?;
+        loop {
+            let child = proc.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                proc.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                self.kill(id);
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Restarts a killed node on its data directory.
     pub async fn restart(&mut self, id: u64) {
         self.kill(id);

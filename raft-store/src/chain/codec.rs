@@ -167,6 +167,25 @@ pub(crate) fn decode_event(
     })
 }
 
+/// The id and the predecessor of a stored event, without decoding its payload: what a check of
+/// a whole chain's links needs from events it does not serve.
+pub(crate) fn decode_event_links(bytes: &[u8]) -> Result<(EventId, Option<EventId>), StorageError> {
+    let mut r = Reader {
+        bytes,
+        what: "event",
+    };
+    let version = r.u8()?;
+    if version != EVENT_RECORD_VERSION {
+        return Err(StorageError::Corrupted(format!(
+            "event record version {version} is unknown"
+        )));
+    }
+    let _commit_index = r.u64()?;
+    let id = event_id(r.id()?)?;
+    let prev = r.opt_id()?.map(event_id).transpose()?;
+    Ok((id, prev))
+}
+
 pub(crate) fn encode_head(head: &Head) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + head.event_id.as_bytes().len());
     out.extend_from_slice(&head.exec_seq.to_be_bytes());

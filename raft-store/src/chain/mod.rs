@@ -14,7 +14,7 @@ mod store;
 mod write;
 
 pub use effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
-pub use read::{ChangePage, CHANGES_PAGE_MAX};
+pub use read::{ChangePage, PageBounds, CHANGES_PAGE_MAX};
 pub(crate) use store::check_copied_format;
 pub use store::{ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
 pub use write::{AppendPlan, PopulatePlan};

@@ -9,8 +9,8 @@ use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
 use crate::engine::{Engine, ScanOrder, StorageError};
 use chainstore_model::{
-    Authority, ChainEvent, Change, Completeness, Coverage, ExecutionState, Guarded, Head, Reason,
-    Watermark,
+    Authority, ChainEvent, ChainPage, Change, Completeness, Coverage, ExecutionState, Guarded,
+    GuardedPage, Head, Reason, Watermark,
 };
 use chainstore_model::{EventId, ExecutionId};
 
@@ -32,6 +32,25 @@ pub struct ChangePage {
     /// The value to pass as `after` for the following page.
     pub next: u64,
 }
+
+/// What one page of a paged read may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageBounds {
+    /// The first sequence served (from 1).
+    pub from_seq: u64,
+    /// The last sequence served, if the reader pins an end (the `through_seq` of its first page,
+    /// so a read of a growing chain ends).
+    pub to_seq: Option<u64>,
+    /// Most events in the page.
+    pub events_max: usize,
+    /// Most stored bytes of events in the page; a page always holds at least one event, so a
+    /// single event larger than this is still served alone.
+    pub bytes_max: usize,
+}
+
+/// Events checked per scan while a paged read walks a partition: the read's memory is one step
+/// plus the page, whatever the partition's length.
+const CHECK_STEP: usize = 1024;
 
 /// Most changes one feed page returns (a page never splits the events of one commit, so it may
 /// exceed this by the size of one commit).
@@ -132,6 +151,44 @@ impl<E: Engine> ChainStore<E> {
             .collect()
     }
 
+    /// The stored events from `bounds.from_seq` on, unguarded (for diagnosis), at most one
+    /// page of them, and the sequence the next page starts at. Reads only the page's range.
+    pub fn chain_raw_page(
+        &self,
+        exec: &ExecutionId,
+        bounds: PageBounds,
+    ) -> Result<(Vec<ChainEvent>, Option<u64>), StorageError> {
+        let view = self.engine.view();
+        let start = keys::event(exec, bounds.from_seq);
+        let end = match bounds.to_seq.and_then(|to| to.checked_add(1)) {
+            Some(after) => keys::event(exec, after),
+            None => keys::event_range(exec).1,
+        };
+        let prefix_len = keys::partition(exec).len();
+        let mut page = Vec::new();
+        let mut page_bytes = 0usize;
+        let mut next_from_seq = None;
+        let step = bounds.events_max.saturating_add(1).min(CHECK_STEP);
+        crate::engine::scan_in_steps(&*view, &start, &end, step, |piece| {
+            for (key, value) in piece {
+                let Some(PartitionKey::Event(seq)) = keys::parse_partition_key(prefix_len, &key)
+                else {
+                    return Err(StorageError::Corrupted("malformed event key".into()));
+                };
+                if page.len() >= bounds.events_max
+                    || (!page.is_empty() && page_bytes + value.len() > bounds.bytes_max)
+                {
+                    next_from_seq = Some(seq);
+                    return Ok(false);
+                }
+                page_bytes += value.len();
+                page.push(codec::decode_event(exec, seq, &value)?);
+            }
+            Ok(true)
+        })?;
+        Ok((page, next_from_seq))
+    }
+
     /// One event by id.
     pub fn event(
         &self,
@@ -189,6 +246,100 @@ impl<E: Engine> ChainStore<E> {
     /// chain, otherwise the reason it cannot answer.
     pub fn chain_if_authoritative(&self, exec: &ExecutionId) -> Result<Guarded, StorageError> {
         Ok(guard(self.read_partition(exec)?))
+    }
+
+    /// One page of the guarded read. The whole partition is checked as [`Self::chain_if_authoritative`]
+    /// checks it, in ONE point-in-time view, walking it in bounded steps; only then is the page
+    /// served, and it names the chain's extent in that view (`through_seq`). Memory is one step
+    /// plus the page; time is the partition's length.
+    pub fn chain_page_if_authoritative(
+        &self,
+        exec: &ExecutionId,
+        bounds: PageBounds,
+    ) -> Result<GuardedPage, StorageError> {
+        let view = self.engine.view();
+        let head = view
+            .get(&keys::head(exec))?
+            .map(|v| codec::decode_head(&v))
+            .transpose()?;
+        let watermark = view
+            .get(&keys::watermark(exec))?
+            .map(|v| codec::decode_watermark(&v))
+            .transpose()?;
+        let coverage = view
+            .get(&keys::coverage(exec))?
+            .map(|v| codec::decode_coverage(&v))
+            .transpose()?;
+        let Some(watermark) = watermark else {
+            return Ok(GuardedPage::CannotAnswer(Reason::NotPopulated));
+        };
+        let through_seq = head.as_ref().map_or(0, |h| h.exec_seq);
+        if watermark.through_seq != through_seq {
+            return Ok(GuardedPage::CannotAnswer(Reason::WatermarkAhead));
+        }
+        let Some(coverage) = coverage else {
+            return Ok(GuardedPage::CannotAnswer(Reason::NoCoverage));
+        };
+
+        let last_wanted = bounds.to_seq.unwrap_or(u64::MAX);
+        let (start, end) = keys::event_range(exec);
+        let prefix_len = keys::partition(exec).len();
+        let mut count = 0u64;
+        let mut first_id: Option<EventId> = None;
+        let mut prev_id: Option<EventId> = None;
+        let mut linked = true;
+        let mut page = Vec::new();
+        let mut page_bytes = 0usize;
+        let mut next_from_seq = None;
+        crate::engine::scan_in_steps(&*view, &start, &end, CHECK_STEP, |piece| {
+            for (key, value) in piece {
+                let Some(PartitionKey::Event(seq)) = keys::parse_partition_key(prefix_len, &key)
+                else {
+                    return Err(StorageError::Corrupted("malformed event key".into()));
+                };
+                let mut served = false;
+                if seq >= bounds.from_seq && seq <= last_wanted && next_from_seq.is_none() {
+                    if page.len() >= bounds.events_max
+                        || (!page.is_empty() && page_bytes + value.len() > bounds.bytes_max)
+                    {
+                        next_from_seq = Some(seq);
+                    } else {
+                        served = true;
+                    }
+                }
+                // Only the page's events are decoded whole; the rest give their links.
+                let (id, prev) = if served {
+                    let event = codec::decode_event(exec, seq, &value)?;
+                    let links = (event.event_id.clone(), event.prev_event_id.clone());
+                    page_bytes += value.len();
+                    page.push(event);
+                    links
+                } else {
+                    codec::decode_event_links(&value)?
+                };
+                count += 1;
+                linked &= seq == count;
+                if count == 1 {
+                    linked &= prev.is_none();
+                    first_id = Some(id.clone());
+                } else {
+                    linked &= prev == prev_id;
+                }
+                prev_id = Some(id);
+            }
+            Ok(true)
+        })?;
+        if count != coverage.total || first_id != coverage.root_event_id {
+            return Ok(GuardedPage::CannotAnswer(Reason::CoverageMismatch));
+        }
+        if !linked {
+            return Ok(GuardedPage::CannotAnswer(Reason::BrokenChain));
+        }
+        Ok(GuardedPage::Authoritative(ChainPage {
+            events: page,
+            through_seq,
+            next_from_seq,
+        }))
     }
 
     /// Authority, coverage, head and completeness from one point-in-time view.

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Engine, KeyValue, ScanOrder, StorageError, WriteBatch};
+use super::{Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch};
 
 /// Operation counts since creation or the last [`CountingEngine::reset`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -107,5 +107,40 @@ impl<E: Engine> Engine for CountingEngine<E> {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.inner.write_durable(batch)
+    }
+
+    fn view(&self) -> Box<dyn EngineView + '_> {
+        Box::new(CountingView {
+            counts: self,
+            inner: self.inner.view(),
+        })
+    }
+}
+
+/// A view whose reads count towards the engine's counters.
+struct CountingView<'a, E> {
+    counts: &'a CountingEngine<E>,
+    inner: Box<dyn EngineView + 'a>,
+}
+
+impl<E: Engine> EngineView for CountingView<'_, E> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.counts.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key)
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        self.counts.scans.fetch_add(1, Ordering::Relaxed);
+        let pairs = self.inner.scan(start, end, order, limit)?;
+        self.counts
+            .scanned_pairs
+            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+        Ok(pairs)
     }
 }

@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{seal, unseal, Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
+use super::{
+    seal, unseal, Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp,
+};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -27,7 +29,8 @@ struct State {
     /// What survives a crash.
     durable: Map,
     /// What reads see: `durable` with every pending batch applied.
-    current: Map,
+    /// Shared with the views taken of it: a write copies it only while a view holds it.
+    current: Arc<Map>,
     /// Batches written since the last sync, oldest first.
     pending: Vec<WriteBatch>,
     /// Writes still to go before the scheduled write failure (1 = the next write fails).
@@ -83,7 +86,7 @@ impl MemEngine {
         for batch in pending.into_iter().take(keep) {
             apply(&mut state.durable, &batch);
         }
-        state.current = state.durable.clone();
+        state.current = Arc::new(state.durable.clone());
     }
 
     /// Number of batches written since the last sync.
@@ -151,7 +154,7 @@ impl MemEngine {
         if state.durable.get(&key) == Some(&original) {
             state.durable.insert(key.clone(), damaged.clone());
         }
-        state.current.insert(key.clone(), damaged);
+        Arc::make_mut(&mut state.current).insert(key.clone(), damaged);
         Some(key)
     }
 
@@ -279,28 +282,10 @@ impl Engine for MemEngine {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        if start >= end {
-            return Ok(Vec::new());
-        }
         let mut state = self.lock();
-        let range = state
-            .current
-            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
-            .map(|(k, v)| (k.clone(), v.clone()));
-        let mut pairs: Vec<KeyValue> = match order {
-            ScanOrder::Forward => range.take(limit).collect(),
-            ScanOrder::Reverse => range.rev().take(limit).collect(),
-        };
-        if state.read_faults(pairs.len())? {
-            flip(&mut pairs[0].1, 0);
-        }
-        pairs
-            .into_iter()
-            .map(|(key, stored)| {
-                let value = unseal(&key, stored)?;
-                Ok((key, value))
-            })
-            .collect()
+        let pairs = range_of(&state.current, start, end, order, limit);
+        let damaged = state.read_faults(pairs.len())?;
+        unseal_all(pairs, damaged)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -309,7 +294,7 @@ impl Engine for MemEngine {
             return Err(StorageError::Io("injected write failure".into()));
         }
         let batch = sealed(batch);
-        apply(&mut state.current, &batch);
+        apply(Arc::make_mut(&mut state.current), &batch);
         state.pending.push(batch);
         state.writes_total += 1;
         Ok(())
@@ -333,4 +318,74 @@ impl Engine for MemEngine {
         state.syncs_total += 1;
         Ok(())
     }
+
+    /// The current map, shared: the next write copies it if the view is still alive. Reads
+    /// through a view still count down the scheduled read faults.
+    fn view(&self) -> Box<dyn EngineView + '_> {
+        Box::new(MemView {
+            engine: self,
+            map: Arc::clone(&self.lock().current),
+        })
+    }
+}
+
+struct MemView<'a> {
+    engine: &'a MemEngine,
+    map: Arc<Map>,
+}
+
+impl EngineView for MemView<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        let mut stored = self.map.get(key).cloned();
+        if self
+            .engine
+            .lock()
+            .read_faults(usize::from(stored.is_some()))?
+        {
+            if let Some(bytes) = stored.as_mut() {
+                flip(bytes, 0);
+            }
+        }
+        stored.map(|bytes| unseal(key, bytes)).transpose()
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let pairs = range_of(&self.map, start, end, order, limit);
+        let damaged = self.engine.lock().read_faults(pairs.len())?;
+        unseal_all(pairs, damaged)
+    }
+}
+
+/// The stored pairs of `[start, end)` in `order`, at most `limit`.
+fn range_of(map: &Map, start: &[u8], end: &[u8], order: ScanOrder, limit: usize) -> Vec<KeyValue> {
+    if start >= end {
+        return Vec::new();
+    }
+    let range = map
+        .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+        .map(|(k, v)| (k.clone(), v.clone()));
+    match order {
+        ScanOrder::Forward => range.take(limit).collect(),
+        ScanOrder::Reverse => range.rev().take(limit).collect(),
+    }
+}
+
+/// Unseals scanned pairs; `damaged`: the first one's bytes are flipped first (a read fault).
+fn unseal_all(mut pairs: Vec<KeyValue>, damaged: bool) -> Result<Vec<KeyValue>, StorageError> {
+    if damaged {
+        flip(&mut pairs[0].1, 0);
+    }
+    pairs
+        .into_iter()
+        .map(|(key, stored)| {
+            let value = unseal(&key, stored)?;
+            Ok((key, value))
+        })
+        .collect()
 }

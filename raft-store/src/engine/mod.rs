@@ -197,6 +197,58 @@ pub trait Engine: Send + Sync + 'static {
         self.write(batch)?;
         self.sync()
     }
+
+    /// A point-in-time view: every read through it sees the store as it was when the view was
+    /// taken, whatever is written after. A long read (a whole partition checked page by page, a
+    /// snapshot streamed in chunks) makes many bounded scans of one view instead of one
+    /// unbounded scan.
+    fn view(&self) -> Box<dyn EngineView + '_>;
+}
+
+/// The reads of a point-in-time view ([`Engine::view`]); the same contract as the engine's.
+pub trait EngineView: Send {
+    /// Reads one key as of the view.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Reads the keys in `[start, end)` in `order` as of the view, at most `limit` of them.
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError>;
+}
+
+/// Scans `[start, end)` of `view` forward in pieces of at most `step` pairs, handing each piece
+/// to `each`; stops early when `each` answers false. Memory: one piece at a time.
+pub fn scan_in_steps<V: EngineView + ?Sized>(
+    view: &V,
+    start: &[u8],
+    end: &[u8],
+    step: usize,
+    mut each: impl FnMut(Vec<KeyValue>) -> Result<bool, StorageError>,
+) -> Result<(), StorageError> {
+    let step = step.max(1);
+    let mut from = start.to_vec();
+    loop {
+        let piece = view.scan(&from, end, ScanOrder::Forward, step)?;
+        let last = match piece.last() {
+            Some((key, _)) if piece.len() == step => Some(key.clone()),
+            _ => None,
+        };
+        if !each(piece)? {
+            return Ok(());
+        }
+        match last {
+            Some(mut key) => {
+                // The smallest key after `key`.
+                key.push(0);
+                from = key;
+            }
+            None => return Ok(()),
+        }
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
@@ -220,6 +272,9 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
     }
     fn write_durable(&self, batch: WriteBatch) -> Result<(), StorageError> {
         (**self).write_durable(batch)
+    }
+    fn view(&self) -> Box<dyn EngineView + '_> {
+        (**self).view()
     }
 }
 

@@ -3,11 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, DBCompressionType, DBRecoveryMode, Options, ReadOptions,
+    BlockBasedOptions, Cache, DBCompressionType, DBRecoveryMode, Options, ReadOptions, Snapshot,
     WriteOptions, DB,
 };
 
-use super::{seal, unseal, Engine, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
+use super::{
+    seal, unseal, Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp,
+};
 
 /// The RocksDB settings a deployment may tune. Everything else is fixed in
 /// [`RocksEngine::open`], where a reader sees each choice and why.
@@ -125,31 +127,9 @@ impl Engine for RocksEngine {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        if start >= end || limit == 0 {
-            return Ok(Vec::new());
-        }
         // An iterator reads from an implicit snapshot taken when it is created, so the whole scan
         // is one point-in-time view.
-        let mut read_opts = ReadOptions::default();
-        read_opts.set_iterate_lower_bound(start.to_vec());
-        read_opts.set_iterate_upper_bound(end.to_vec());
-        let mut iter = self.db.raw_iterator_opt(read_opts);
-        match order {
-            ScanOrder::Forward => iter.seek_to_first(),
-            ScanOrder::Reverse => iter.seek_to_last(),
-        }
-        let mut out = Vec::new();
-        while iter.valid() && out.len() < limit {
-            if let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-                out.push((key.to_vec(), unseal(key, value.to_vec())?));
-            }
-            match order {
-                ScanOrder::Forward => iter.next(),
-                ScanOrder::Reverse => iter.prev(),
-            }
-        }
-        iter.status().map_err(io)?;
-        Ok(out)
+        scan_with(&self.db, ReadOptions::default(), start, end, order, limit)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -163,4 +143,72 @@ impl Engine for RocksEngine {
     fn write_durable(&self, batch: WriteBatch) -> Result<(), StorageError> {
         self.write_with(batch, true)
     }
+
+    fn view(&self) -> Box<dyn EngineView + '_> {
+        Box::new(RocksView {
+            db: &self.db,
+            snapshot: self.db.snapshot(),
+        })
+    }
+}
+
+/// A RocksDB snapshot: it pins the versions it sees (memtables and files stay until it drops),
+/// so a view is for one read, not to be kept.
+struct RocksView<'a> {
+    db: &'a DB,
+    snapshot: Snapshot<'a>,
+}
+
+impl EngineView for RocksView<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        self.snapshot
+            .get(key)
+            .map_err(io)?
+            .map(|stored| unseal(key, stored))
+            .transpose()
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let mut read_opts = ReadOptions::default();
+        read_opts.set_snapshot(&self.snapshot);
+        scan_with(self.db, read_opts, start, end, order, limit)
+    }
+}
+
+fn scan_with(
+    db: &DB,
+    mut read_opts: ReadOptions,
+    start: &[u8],
+    end: &[u8],
+    order: ScanOrder,
+    limit: usize,
+) -> Result<Vec<KeyValue>, StorageError> {
+    if start >= end || limit == 0 {
+        return Ok(Vec::new());
+    }
+    read_opts.set_iterate_lower_bound(start.to_vec());
+    read_opts.set_iterate_upper_bound(end.to_vec());
+    let mut iter = db.raw_iterator_opt(read_opts);
+    match order {
+        ScanOrder::Forward => iter.seek_to_first(),
+        ScanOrder::Reverse => iter.seek_to_last(),
+    }
+    let mut out = Vec::new();
+    while iter.valid() && out.len() < limit {
+        if let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            out.push((key.to_vec(), unseal(key, value.to_vec())?));
+        }
+        match order {
+            ScanOrder::Forward => iter.next(),
+            ScanOrder::Reverse => iter.prev(),
+        }
+    }
+    iter.status().map_err(io)?;
+    Ok(out)
 }

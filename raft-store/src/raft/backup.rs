@@ -19,8 +19,8 @@ use super::log_store::{stage_purge, stage_vote};
 use super::snapshot;
 use super::state_machine::install_batch;
 use super::{LogStore, NodeId, StateMachine};
-use crate::chain::{check_copied_format, ChainStore, OpenError, StoreConfig};
-use crate::engine::{Engine, ScanOrder};
+use crate::chain::{check_copied_format, ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
+use crate::engine::{Engine, EngineView, KeyValue};
 
 /// A consistent copy of one node's state machine.
 #[derive(Debug, Clone)]
@@ -58,27 +58,81 @@ fn storage(err: impl std::fmt::Display) -> BackupError {
     BackupError::Storage(err.to_string())
 }
 
-/// Copies the state machine of `engine` as of now: ONE scan, so one point in time.
-pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError> {
-    let pairs = engine
-        .scan(keys::SM_START, keys::SM_END, ScanOrder::Forward, usize::MAX)
-        .map_err(storage)?;
-    let (applied, _) = StateMachine::<E>::applied_from(&pairs).map_err(storage)?;
+/// A backup being taken: its point in time is fixed when it begins (one engine view), and it is
+/// written out in bounded pieces, so taking one costs memory independent of the store's size.
+pub struct BackupWriter<'a> {
+    view: Box<dyn EngineView + 'a>,
+    last_log_id: LogId<NodeId>,
+}
+
+impl std::fmt::Debug for BackupWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupWriter")
+            .field("last_log_id", &self.last_log_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackupWriter<'_> {
+    /// The last log entry the backup includes.
+    pub fn last_log_id(&self) -> LogId<NodeId> {
+        self.last_log_id
+    }
+
+    /// Writes the backup file to `out`; returns `out`.
+    pub fn write_to<W: std::io::Write>(self, out: W) -> Result<W, BackupError> {
+        let (out, _) = snapshot::write_view(&*self.view, FORMAT_VERSION, out).map_err(storage)?;
+        Ok(out)
+    }
+}
+
+/// Begins a consistent copy of the state machine of `engine` as of now.
+pub fn begin_backup<E: Engine + ?Sized>(engine: &E) -> Result<BackupWriter<'_>, BackupError> {
+    let view = engine.view();
+    let mut records = Vec::with_capacity(2);
+    for key in [keys::APPLIED, keys::MEMBERSHIP] {
+        if let Some(value) = view.get(key).map_err(storage)? {
+            records.push((key.to_vec(), value));
+        }
+    }
+    let (applied, _) = StateMachine::<E>::applied_from(&records).map_err(storage)?;
     let last_log_id = applied.ok_or(BackupError::Empty)?;
+    Ok(BackupWriter { view, last_log_id })
+}
+
+/// Copies the state machine of `engine` as of now into memory (one point in time).
+pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError> {
+    let writer = begin_backup(engine)?;
+    let last_log_id = writer.last_log_id();
     Ok(Backup {
         last_log_id,
-        data: snapshot::encode(&pairs),
+        data: writer.write_to(Vec::new())?,
     })
 }
 
 /// Reads the applied log id a backup file holds, checking that the whole file decodes and that
 /// its format is one this build reads.
 pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
-    let pairs = snapshot::decode(data).map_err(|e| BackupError::Invalid(e.to_string()))?;
-    check_copied_format(&pairs)?;
+    let pairs = decode_checked(data)?;
     let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
         .map_err(|e| BackupError::Invalid(e.to_string()))?;
     applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
+}
+
+/// Every pair of a snapshot or backup file, once the whole file has passed its checks: every
+/// checksum and the trailer, a header naming this build's store format, and a format record
+/// among the pairs that agrees with it.
+pub(crate) fn decode_checked(data: &[u8]) -> Result<Vec<KeyValue>, BackupError> {
+    let (summary, pairs) =
+        snapshot::decode(data).map_err(|e| BackupError::Invalid(e.to_string()))?;
+    if summary.store_format != FORMAT_VERSION {
+        return Err(OpenError::UnknownFormat {
+            found: summary.store_format,
+        }
+        .into());
+    }
+    check_copied_format(&pairs)?;
+    Ok(pairs)
 }
 
 /// Seeds the empty store on `engine` for node `node_id` from `data`, as a member of a new cluster
@@ -96,7 +150,12 @@ pub async fn restore_backup<E: Engine + ?Sized>(
             "the voters must include this node ({node_id})"
         )));
     }
-    let last_log_id = inspect_backup(&data)?;
+    let pairs = decode_checked(&data)?;
+    drop(data);
+    let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
+        .map_err(|e| BackupError::Invalid(e.to_string()))?;
+    let last_log_id =
+        applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))?;
 
     let store = Arc::new(ChainStore::open(
         Arc::clone(&engine),
@@ -127,7 +186,6 @@ pub async fn restore_backup<E: Engine + ?Sized>(
     // restored, never a state machine without its purge marker or vote. The vote carries the
     // backup's term, so the first election of the new cluster runs in a later term than every
     // restored entry.
-    let pairs = snapshot::decode(&data).map_err(|e| BackupError::Invalid(e.to_string()))?;
     let mut batch = install_batch(&meta, pairs).map_err(storage)?;
     stage_purge(&mut batch, &last_log_id).map_err(storage)?;
     stage_vote(&mut batch, &Vote::new(last_log_id.leader_id.term, node_id)).map_err(storage)?;
@@ -143,15 +201,19 @@ mod tests {
     #[test]
     fn a_backup_without_a_readable_format_record_is_refused_before_anything_else() {
         let other = b"s/anything".to_vec();
-        let without = snapshot::encode(&[(other.clone(), b"x".to_vec())]);
+        let without = snapshot::encode(FORMAT_VERSION, &[(other.clone(), b"x".to_vec())]).unwrap();
         assert!(matches!(
             inspect_backup(&without),
             Err(BackupError::Open(OpenError::NoFormatRecord))
         ));
-        let future = snapshot::encode(&[
-            (chain_keys::FORMAT.to_vec(), codec::encode_format(99)),
-            (other, b"x".to_vec()),
-        ]);
+        let future = snapshot::encode(
+            FORMAT_VERSION,
+            &[
+                (chain_keys::FORMAT.to_vec(), codec::encode_format(99)),
+                (other.clone(), b"x".to_vec()),
+            ],
+        )
+        .unwrap();
         assert!(matches!(
             inspect_backup(&future),
             Err(BackupError::Open(OpenError::UnknownFormat { found: 99 }))

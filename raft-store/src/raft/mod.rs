@@ -25,11 +25,13 @@ mod backup;
 mod keys;
 mod log_store;
 mod runtime;
-mod snapshot;
+pub(crate) mod snapshot;
 mod state_machine;
 mod types;
 
-pub use backup::{inspect_backup, restore_backup, take_backup, Backup, BackupError};
+pub use backup::{
+    begin_backup, inspect_backup, restore_backup, take_backup, Backup, BackupError, BackupWriter,
+};
 pub use log_store::LogStore;
 pub use runtime::{seed_thread_rng, ChainRuntime};
 pub use state_machine::StateMachine;

@@ -9,12 +9,13 @@ use openraft::{
     SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
 
+use super::backup::decode_checked;
 use super::keys;
 use super::snapshot;
 use super::types::{Command, CommandResult, Rejection, TypeConfig};
 use super::NodeId;
-use crate::chain::{ApplyError, ChainStore};
-use crate::engine::{Engine, ScanOrder, WriteBatch};
+use crate::chain::{ApplyError, ChainStore, FORMAT_VERSION};
+use crate::engine::{Engine, WriteBatch};
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -172,12 +173,22 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeI
 
 impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        // One scan: the pairs, the applied id and the membership all come from one point in time.
-        let pairs = self
-            .engine()
-            .scan(keys::SM_START, keys::SM_END, ScanOrder::Forward, usize::MAX)
+        // One view: the pairs, the applied id and the membership all come from one point in
+        // time; the view is read in bounded steps straight into the file format.
+        let view = self.engine().view();
+        let mut records = Vec::with_capacity(2);
+        for key in [keys::APPLIED, keys::MEMBERSHIP] {
+            if let Some(value) = view
+                .get(key)
+                .map_err(|e| snapshot_error(ErrorVerb::Read, e))?
+            {
+                records.push((key.to_vec(), value));
+            }
+        }
+        let (last_log_id, last_membership) = Self::applied_from(&records)?;
+        let (data, _) = snapshot::write_view(&*view, FORMAT_VERSION, Vec::new())
             .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        let (last_log_id, last_membership) = Self::applied_from(&pairs)?;
+        drop(view);
         let snapshot_id = match &last_log_id {
             Some(id) => format!(
                 "{}-{}-{}",
@@ -190,7 +201,6 @@ impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
             last_membership,
             snapshot_id,
         };
-        let data = snapshot::encode(&pairs);
         *self.held() = Some(HeldSnapshot {
             meta: meta.clone(),
             data: data.clone(),
@@ -238,7 +248,9 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
-        let pairs = snapshot::decode(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        // Verified whole (every checksum, the trailer, the store format) before anything is
+        // written: a damaged snapshot or one of another format leaves the old state in place.
+        let pairs = decode_checked(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         let batch = install_batch(meta, pairs)?;
         self.engine()
             .write_durable(batch)

@@ -1,0 +1,148 @@
+//! The decoders of what reaches a node over the network, under the seeded mutation fuzzer
+//! (`raft_store::fuzz`): client request bodies, Raft RPCs and the snapshot chunk frame. No input
+//! may panic one. `FUZZ_INPUTS` (default 20,000 per decoder) and `FUZZ_SEED` as in
+//! `raft-store/tests/fuzz.rs`; `scripts/fuzz.sh` runs millions.
+
+use chainstore_node::network::{decode_snapshot_chunk, encode_snapshot_chunk};
+use chainstore_node::ElectRequest;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
+use raft_store::fuzz::{run, Target};
+use raft_store::raft::TypeConfig;
+use raft_store::{AppendRequest, ChainEvent, LogEvent};
+use serde_json::{json, Value};
+
+fn bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("json")
+}
+
+/// Body wrappers as the handlers declare them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Events<T> {
+    events: Vec<T>,
+}
+
+fn targets() -> Vec<Target> {
+    let vote = Vote::new_committed(3, 1);
+    let log_id = LogId::new(CommittedLeaderId::new(3, 1), 9);
+    let append_rpc = json!({
+        "vote": vote, "prev_log_id": log_id, "leader_commit": log_id,
+        "entries": [
+            {"log_id": log_id, "payload": "Blank"},
+            {"log_id": log_id, "payload": {"Membership": {"configs": [[1, 2, 3]],
+                "nodes": {"1": {"addr": "a:1"}, "2": {"addr": "b:1"}, "3": {"addr": "c:1"}}}}}
+        ]
+    });
+    let chunk = InstallSnapshotRequest::<TypeConfig> {
+        vote,
+        meta: SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: Default::default(),
+            snapshot_id: "3-1-9".into(),
+        },
+        offset: 0,
+        data: b"CSSNAP02 and more".to_vec(),
+        done: true,
+    };
+    vec![
+        Target {
+            name: "append body",
+            seeds: vec![
+                bytes(
+                    &json!({"event_id": "e2", "prev_event_id": "e1", "payload": {"a": [1, 2.5, "x"]}}),
+                ),
+                bytes(
+                    &json!({"event_id": "e1", "genesis": true, "parent_execution_id": "p", "payload": null}),
+                ),
+            ],
+            decode: |b| {
+                let _ = serde_json::from_slice::<AppendRequest>(b);
+            },
+        },
+        Target {
+            name: "populate body",
+            seeds: vec![bytes(&json!({"events": [
+                {"event_id": "l1", "payload": 1},
+                {"event_id": "l2", "prev_event_id": "l1", "payload": {"k": "v"}}
+            ]}))],
+            decode: |b| {
+                let _ = serde_json::from_slice::<Events<LogEvent>>(b);
+            },
+        },
+        Target {
+            name: "replicated body",
+            seeds: vec![bytes(&json!({"events": [
+                {"execution_id": "x", "exec_seq": 1, "event_id": "r1", "payload": [], "commit_index": 4},
+                {"execution_id": "x", "exec_seq": 2, "event_id": "r2", "prev_event_id": "r1", "payload": "s"}
+            ]}))],
+            decode: |b| {
+                let _ = serde_json::from_slice::<Events<ChainEvent>>(b);
+            },
+        },
+        Target {
+            name: "raft append entries",
+            seeds: vec![bytes(&append_rpc)],
+            decode: |b| {
+                let _ = serde_json::from_slice::<AppendEntriesRequest<TypeConfig>>(b);
+            },
+        },
+        Target {
+            name: "raft vote",
+            seeds: vec![bytes(
+                &json!({"vote": Vote::new(4, 2), "last_log_id": LogId::new(CommittedLeaderId::new(3, 1), 9)}),
+            )],
+            decode: |b| {
+                let _ = serde_json::from_slice::<VoteRequest<u64>>(b);
+            },
+        },
+        Target {
+            name: "raft snapshot chunk frame",
+            seeds: vec![encode_snapshot_chunk(&chunk).expect("frame").to_vec()],
+            decode: |b| {
+                let _ = decode_snapshot_chunk(b);
+            },
+        },
+        Target {
+            name: "raft elect",
+            seeds: vec![bytes(&json!({"from": 1, "term": 3, "last_log_index": 9}))],
+            decode: |b| {
+                let _ = serde_json::from_slice::<ElectRequest>(b);
+            },
+        },
+    ]
+}
+
+#[test]
+fn no_input_panics_a_network_decoder() {
+    let inputs = std::env::var("FUZZ_INPUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let seed = std::env::var("FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        });
+    let mut failures = Vec::new();
+    for target in targets() {
+        let report = run(&target, inputs, seed);
+        println!(
+            "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
+            target.name, report.inputs, report.panics
+        );
+        if let Some((input, message)) = report.first_panic {
+            failures.push(format!(
+                "{}: {} panics; first on {:?}: {message} (FUZZ_SEED={seed})",
+                target.name,
+                report.panics,
+                String::from_utf8_lossy(&input)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -1,0 +1,58 @@
+//! The store's decoders under the seeded mutation fuzzer (`raft_store::fuzz`): no input may
+//! panic one. CI runs a short budget; `scripts/fuzz.sh` runs millions.
+//!
+//! `FUZZ_INPUTS` sets the inputs per decoder (default 20,000), `FUZZ_SEED` the seed (default: a
+//! new one each run, printed).
+
+use raft_store::fuzz::{run, store_targets};
+
+fn budget() -> (u64, u64) {
+    let inputs = std::env::var("FUZZ_INPUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let seed = std::env::var("FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        });
+    (inputs, seed)
+}
+
+#[test]
+fn no_input_panics_a_store_decoder() {
+    let (inputs, seed) = budget();
+    let mut failures = Vec::new();
+    for target in store_targets() {
+        let report = run(&target, inputs, seed);
+        println!(
+            "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
+            target.name, report.inputs, report.panics
+        );
+        if let Some((input, message)) = report.first_panic {
+            failures.push(format!(
+                "{}: {} panics; first on {input:02x?}: {message} (FUZZ_SEED={seed})",
+                target.name, report.panics
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The fuzzer can fail: a decoder that panics on a damaged input is caught.
+#[test]
+fn a_panicking_decoder_is_caught_with_its_input() {
+    let target = raft_store::fuzz::Target {
+        name: "panics on a leading zero",
+        seeds: vec![b"abc".to_vec()],
+        decode: |bytes| assert!(bytes.first() != Some(&0), "leading zero"),
+    };
+    let report = run(&target, 5_000, 1);
+    assert!(report.panics > 0, "{report:?}");
+    let (input, message) = report.first_panic.expect("the input kept");
+    assert_eq!(input.first(), Some(&0));
+    assert!(message.contains("leading zero"), "{message}");
+}
