@@ -9,4 +9,4 @@ ensure_build_prereqs
 export FUZZ_INPUTS=${1:-1000000}
 export FUZZ_SEED=${2:-$(( $(date +%s) % 1000000 ))}
 echo "fuzzing with $FUZZ_INPUTS inputs per decoder, FUZZ_SEED=$FUZZ_SEED"
-cargo test --workspace --test fuzz -- --nocapture --test-threads 1 2>&1 | grep -E '^fuzz:|panicked|test result|FAILED'
+cargo test --workspace --test fuzz -- --nocapture --test-threads 1 2>&1 | grep -oE 'fuzz: .*|panicked.*|test result.*|FAILED.*'
