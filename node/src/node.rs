@@ -431,11 +431,6 @@ impl Node {
                 "this node's storage failed: {failure}"
             )));
         }
-        if self.handing_off.load(Ordering::SeqCst) {
-            return Err(WriteError::Unavailable(
-                "this node is stopping and hands its leadership over; retry".into(),
-            ));
-        }
         let mut metrics = self.raft.metrics();
         let wait = async {
             loop {

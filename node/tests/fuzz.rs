@@ -7,7 +7,7 @@ use chainstore_node::network::{decode_snapshot_chunk, encode_snapshot_chunk};
 use chainstore_node::ElectRequest;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
-use raft_store::fuzz::{run, Target};
+use raft_store::fuzz::{run_all, Target};
 use raft_store::raft::TypeConfig;
 use raft_store::{AppendRequest, ChainEvent, LogEvent};
 use serde_json::{json, Value};
@@ -116,33 +116,13 @@ fn targets() -> Vec<Target> {
 
 #[test]
 fn no_input_panics_a_network_decoder() {
-    let inputs = std::env::var("FUZZ_INPUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    let seed = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        });
-    let mut failures = Vec::new();
-    for target in targets() {
-        let report = run(&target, inputs, seed);
-        println!(
-            "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
-            target.name, report.inputs, report.panics
-        );
-        if let Some((input, message)) = report.first_panic {
-            failures.push(format!(
-                "{}: {} panics; first on {:?}: {message} (FUZZ_SEED={seed})",
-                target.name,
-                report.panics,
-                String::from_utf8_lossy(&input)
-            ));
-        }
-    }
+    let failures = run_all(&targets(), true, fresh_seed());
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A new seed each run (the second it starts), so CI tries new inputs every time.
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

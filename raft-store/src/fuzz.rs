@@ -65,6 +65,36 @@ pub fn run(target: &Target, inputs: u64, seed: u64) -> Report {
     report
 }
 
+/// Runs every target with the environment's budget — `FUZZ_INPUTS` inputs per decoder (default
+/// 20,000), `FUZZ_SEED` (default `seed`, which the caller picks: this crate reads no clock) —
+/// printing one line per decoder. Returns the failures, each with its first panicking input (as
+/// text when `as_text`) and the seed that replays it.
+pub fn run_all(targets: &[Target], as_text: bool, seed: u64) -> Vec<String> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let inputs = var("FUZZ_INPUTS").unwrap_or(20_000);
+    let seed = var("FUZZ_SEED").unwrap_or(seed);
+    let mut failures = Vec::new();
+    for target in targets {
+        let report = run(target, inputs, seed);
+        println!(
+            "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
+            target.name, report.inputs, report.panics
+        );
+        if let Some((input, message)) = report.first_panic {
+            let input = if as_text {
+                format!("{:?}", String::from_utf8_lossy(&input))
+            } else {
+                format!("{input:02x?}")
+            };
+            failures.push(format!(
+                "{}: {} panics; first on {input}: {message} (FUZZ_SEED={seed})",
+                target.name, report.panics
+            ));
+        }
+    }
+    failures
+}
+
 /// Values that break length and count fields most often.
 const EDGES: [u32; 9] = [0, 1, 2, 0x7f, 0x80, 0xff, 0xffff, 0x7fff_ffff, u32::MAX];
 
@@ -138,12 +168,15 @@ fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
     }
 }
 
+// The seeds below are built from constants: the ids are valid and the encodings cannot fail,
+// so an `expect` there would only fire on a defect in this file, on the first test run.
+
 fn id(s: &str) -> EventId {
-    EventId::new(s).expect("a valid id")
+    EventId::new(s).expect("a constant, valid id")
 }
 
 fn exec() -> ExecutionId {
-    ExecutionId::new("fuzz").expect("a valid id")
+    ExecutionId::new("fuzz").expect("a constant, valid id")
 }
 
 /// The decoders of the store: its records, the engine's sealed values, the Raft log's entries
@@ -281,9 +314,13 @@ fn chunk_of(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
 /// A whole snapshot file holding one chunk made of `input` (a pair count, then the body), with
 /// the header, the chunk's checksum and the trailer all consistent with it.
 fn framed(input: &[u8]) -> Vec<u8> {
-    let (count, body) = match input.get(..4) {
-        Some(count) => (count, &input[4..]),
-        None => (&[0u8; 4][..], &[][..]),
+    let mut count = [0u8; 4];
+    let body = match input.get(..4) {
+        Some(head) => {
+            count.copy_from_slice(head);
+            &input[4..]
+        }
+        None => &[][..],
     };
     let mut file = b"CSSNAP02".to_vec();
     file.extend_from_slice(&1u32.to_be_bytes());
@@ -291,13 +328,13 @@ fn framed(input: &[u8]) -> Vec<u8> {
     file.extend_from_slice(&crc.to_be_bytes());
     let mut chunk = vec![b'C'];
     chunk.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    chunk.extend_from_slice(count);
+    chunk.extend_from_slice(&count);
     chunk.extend_from_slice(body);
     let chunk_crc = crc32c::crc32c(&chunk).to_be_bytes();
     file.extend_from_slice(&chunk);
     file.extend_from_slice(&chunk_crc);
     let mut trailer = vec![b'T'];
-    let pairs = u32::from_be_bytes(count.try_into().expect("4 bytes"));
+    let pairs = u32::from_be_bytes(count);
     trailer.extend_from_slice(&u64::from(pairs).to_be_bytes());
     trailer.extend_from_slice(&1u64.to_be_bytes());
     trailer.extend_from_slice(&crc32c::crc32c(&chunk_crc).to_be_bytes());

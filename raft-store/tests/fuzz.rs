@@ -4,41 +4,11 @@
 //! `FUZZ_INPUTS` sets the inputs per decoder (default 20,000), `FUZZ_SEED` the seed (default: a
 //! new one each run, printed).
 
-use raft_store::fuzz::{run, store_targets};
-
-fn budget() -> (u64, u64) {
-    let inputs = std::env::var("FUZZ_INPUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    let seed = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        });
-    (inputs, seed)
-}
+use raft_store::fuzz::{run, run_all, store_targets};
 
 #[test]
 fn no_input_panics_a_store_decoder() {
-    let (inputs, seed) = budget();
-    let mut failures = Vec::new();
-    for target in store_targets() {
-        let report = run(&target, inputs, seed);
-        println!(
-            "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
-            target.name, report.inputs, report.panics
-        );
-        if let Some((input, message)) = report.first_panic {
-            failures.push(format!(
-                "{}: {} panics; first on {input:02x?}: {message} (FUZZ_SEED={seed})",
-                target.name, report.panics
-            ));
-        }
-    }
+    let failures = run_all(&store_targets(), false, fresh_seed());
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
@@ -55,4 +25,11 @@ fn a_panicking_decoder_is_caught_with_its_input() {
     let (input, message) = report.first_panic.expect("the input kept");
     assert_eq!(input.first(), Some(&0));
     assert!(message.contains("leading zero"), "{message}");
+}
+
+/// A new seed each run (the second it starts), so CI tries new inputs every time.
+fn fresh_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

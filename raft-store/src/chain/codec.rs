@@ -141,15 +141,7 @@ pub(crate) fn decode_event(
         bytes,
         what: "event",
     };
-    let version = r.u8()?;
-    if version != EVENT_RECORD_VERSION {
-        return Err(StorageError::Corrupted(format!(
-            "event record version {version} is unknown"
-        )));
-    }
-    let commit_index = r.u64()?;
-    let id = event_id(r.id()?)?;
-    let prev = r.opt_id()?.map(event_id).transpose()?;
+    let (commit_index, id, prev) = event_envelope(&mut r)?;
     let parent = r.opt_id()?.map(execution_id).transpose()?;
     let payload: Value = serde_json::from_slice(r.rest())
         .map_err(|e| StorageError::Corrupted(format!("event payload is not JSON: {e}")))?;
@@ -174,16 +166,22 @@ pub(crate) fn decode_event_links(bytes: &[u8]) -> Result<(EventId, Option<EventI
         bytes,
         what: "event",
     };
+    let (_, id, prev) = event_envelope(&mut r)?;
+    Ok((id, prev))
+}
+
+/// The start of an event record: version, commit index, id and predecessor.
+fn event_envelope(r: &mut Reader<'_>) -> Result<(u64, EventId, Option<EventId>), StorageError> {
     let version = r.u8()?;
     if version != EVENT_RECORD_VERSION {
         return Err(StorageError::Corrupted(format!(
             "event record version {version} is unknown"
         )));
     }
-    let _commit_index = r.u64()?;
+    let commit_index = r.u64()?;
     let id = event_id(r.id()?)?;
     let prev = r.opt_id()?.map(event_id).transpose()?;
-    Ok((id, prev))
+    Ok((commit_index, id, prev))
 }
 
 pub(crate) fn encode_head(head: &Head) -> Vec<u8> {

@@ -270,24 +270,16 @@ impl<E: Engine> ChainStore<E> {
             .get(&keys::coverage(exec))?
             .map(|v| codec::decode_coverage(&v))
             .transpose()?;
-        let Some(watermark) = watermark else {
-            return Ok(GuardedPage::CannotAnswer(Reason::NotPopulated));
-        };
         let through_seq = head.as_ref().map_or(0, |h| h.exec_seq);
-        if watermark.through_seq != through_seq {
-            return Ok(GuardedPage::CannotAnswer(Reason::WatermarkAhead));
-        }
-        let Some(coverage) = coverage else {
-            return Ok(GuardedPage::CannotAnswer(Reason::NoCoverage));
+        let coverage = match check_records(watermark.as_ref(), head.as_ref(), coverage.as_ref()) {
+            Ok(coverage) => coverage,
+            Err(reason) => return Ok(GuardedPage::CannotAnswer(reason)),
         };
 
         let last_wanted = bounds.to_seq.unwrap_or(u64::MAX);
         let (start, end) = keys::event_range(exec);
         let prefix_len = keys::partition(exec).len();
-        let mut count = 0u64;
-        let mut first_id: Option<EventId> = None;
-        let mut prev_id: Option<EventId> = None;
-        let mut linked = true;
+        let mut check = EventCheck::new();
         let mut page = Vec::new();
         let mut page_bytes = 0usize;
         let mut next_from_seq = None;
@@ -308,32 +300,20 @@ impl<E: Engine> ChainStore<E> {
                     }
                 }
                 // Only the page's events are decoded whole; the rest give their links.
-                let (id, prev) = if served {
+                if served {
                     let event = codec::decode_event(exec, seq, &value)?;
-                    let links = (event.event_id.clone(), event.prev_event_id.clone());
+                    check.feed(seq, &event.event_id, event.prev_event_id.as_ref());
                     page_bytes += value.len();
                     page.push(event);
-                    links
                 } else {
-                    codec::decode_event_links(&value)?
-                };
-                count += 1;
-                linked &= seq == count;
-                if count == 1 {
-                    linked &= prev.is_none();
-                    first_id = Some(id.clone());
-                } else {
-                    linked &= prev == prev_id;
+                    let (id, prev) = codec::decode_event_links(&value)?;
+                    check.feed(seq, &id, prev.as_ref());
                 }
-                prev_id = Some(id);
             }
             Ok(true)
         })?;
-        if count != coverage.total || first_id != coverage.root_event_id {
-            return Ok(GuardedPage::CannotAnswer(Reason::CoverageMismatch));
-        }
-        if !linked {
-            return Ok(GuardedPage::CannotAnswer(Reason::BrokenChain));
+        if let Some(reason) = check.verdict(coverage) {
+            return Ok(GuardedPage::CannotAnswer(reason));
         }
         Ok(GuardedPage::Authoritative(ChainPage {
             events: page,
@@ -412,39 +392,86 @@ fn authority_of(watermark: Option<Watermark>) -> Authority {
     }
 }
 
-/// The checks of the guarded read, in the order of SPEC §4.4.
+/// The checks of the guarded read on the partition's records (SPEC §4.4, in its order): the
+/// coverage the events must then match, or why the read cannot answer.
+fn check_records<'a>(
+    watermark: Option<&Watermark>,
+    head: Option<&Head>,
+    coverage: Option<&'a Coverage>,
+) -> Result<&'a Coverage, Reason> {
+    let watermark = watermark.ok_or(Reason::NotPopulated)?;
+    if watermark.through_seq != head.map_or(0, |h| h.exec_seq) {
+        return Err(Reason::WatermarkAhead);
+    }
+    coverage.ok_or(Reason::NoCoverage)
+}
+
+/// The guarded read's checks on the events, fed one at a time in stored (seq) order, so that a
+/// partition can be checked whole in memory or walked in steps.
+struct EventCheck {
+    count: u64,
+    first_id: Option<EventId>,
+    prev_id: Option<EventId>,
+    linked: bool,
+}
+
+impl EventCheck {
+    fn new() -> Self {
+        Self {
+            count: 0,
+            first_id: None,
+            prev_id: None,
+            linked: true,
+        }
+    }
+
+    /// The next stored event: its seq, id and predecessor.
+    fn feed(&mut self, seq: u64, id: &EventId, prev: Option<&EventId>) {
+        self.count += 1;
+        self.linked &= seq == self.count;
+        if self.count == 1 {
+            self.linked &= prev.is_none();
+            self.first_id = Some(id.clone());
+        } else {
+            self.linked &= prev == self.prev_id.as_ref();
+        }
+        self.prev_id = Some(id.clone());
+    }
+
+    /// Why the events fed cannot be served under `coverage`, if they cannot.
+    fn verdict(&self, coverage: &Coverage) -> Option<Reason> {
+        if self.count != coverage.total || self.first_id != coverage.root_event_id {
+            Some(Reason::CoverageMismatch)
+        } else if !self.linked {
+            Some(Reason::BrokenChain)
+        } else {
+            None
+        }
+    }
+}
+
+/// The guarded read over a whole partition in memory.
 fn guard(part: Partition) -> Guarded {
-    let Some(watermark) = part.watermark else {
-        return Guarded::CannotAnswer(Reason::NotPopulated);
+    let coverage = match check_records(
+        part.watermark.as_ref(),
+        part.head.as_ref(),
+        part.coverage.as_ref(),
+    ) {
+        Ok(coverage) => coverage,
+        Err(reason) => return Guarded::CannotAnswer(reason),
     };
-    let head_seq = part.head.as_ref().map_or(0, |h| h.exec_seq);
-    if watermark.through_seq != head_seq {
-        return Guarded::CannotAnswer(Reason::WatermarkAhead);
+    let mut check = EventCheck::new();
+    for event in &part.events {
+        check.feed(
+            event.exec_seq,
+            &event.event_id,
+            event.prev_event_id.as_ref(),
+        );
     }
-    let Some(coverage) = part.coverage else {
-        return Guarded::CannotAnswer(Reason::NoCoverage);
-    };
-    let first_id = part.events.first().map(|e| &e.event_id);
-    if part.events.len() as u64 != coverage.total || first_id != coverage.root_event_id.as_ref() {
-        return Guarded::CannotAnswer(Reason::CoverageMismatch);
+    match check.verdict(coverage) {
+        Some(reason) => Guarded::CannotAnswer(reason),
+        None => Guarded::Authoritative(part.events),
     }
-    let linked = part
-        .events
-        .iter()
-        .zip(1u64..)
-        .all(|(event, seq)| event.exec_seq == seq)
-        && part
-            .events
-            .first()
-            .is_none_or(|root| root.prev_event_id.is_none())
-        && part
-            .events
-            .windows(2)
-            .all(|pair| pair[1].prev_event_id.as_ref() == Some(&pair[0].event_id));
-    if !linked {
-        return Guarded::CannotAnswer(Reason::BrokenChain);
-    }
-    Guarded::Authoritative(part.events)
 }
 
 /// Walks from the highest-sequence event towards the root; returns the events met, newest

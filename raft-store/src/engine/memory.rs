@@ -174,6 +174,13 @@ impl MemEngine {
         state.fail_all_writes = false;
     }
 
+    fn mem_view(&self) -> MemView<'_> {
+        MemView {
+            engine: self,
+            map: Arc::clone(&self.lock().current),
+        }
+    }
+
     /// Every key/value pair that reads see, in key order (for digests and debugging); a damaged
     /// value is given as stored, checksum included.
     pub fn dump(&self) -> Vec<KeyValue> {
@@ -264,15 +271,10 @@ fn apply(map: &mut Map, batch: &WriteBatch) {
 }
 
 impl Engine for MemEngine {
+    // A single read is a read through a view taken for it: one code path for faults and
+    // checksums.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        let mut state = self.lock();
-        let mut stored = state.current.get(key).cloned();
-        if state.read_faults(usize::from(stored.is_some()))? {
-            if let Some(bytes) = stored.as_mut() {
-                flip(bytes, 0);
-            }
-        }
-        stored.map(|bytes| unseal(key, bytes)).transpose()
+        self.mem_view().get(key)
     }
 
     fn scan(
@@ -282,10 +284,7 @@ impl Engine for MemEngine {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let mut state = self.lock();
-        let pairs = range_of(&state.current, start, end, order, limit);
-        let damaged = state.read_faults(pairs.len())?;
-        unseal_all(pairs, damaged)
+        self.mem_view().scan(start, end, order, limit)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -322,10 +321,7 @@ impl Engine for MemEngine {
     /// The current map, shared: the next write copies it if the view is still alive. Reads
     /// through a view still count down the scheduled read faults.
     fn view(&self) -> Box<dyn EngineView + '_> {
-        Box::new(MemView {
-            engine: self,
-            map: Arc::clone(&self.lock().current),
-        })
+        Box::new(self.mem_view())
     }
 }
 

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 
-use super::keys;
 use super::log_store::{stage_purge, stage_vote};
 use super::snapshot;
 use super::state_machine::install_batch;
@@ -89,13 +88,7 @@ impl BackupWriter<'_> {
 /// Begins a consistent copy of the state machine of `engine` as of now.
 pub fn begin_backup<E: Engine + ?Sized>(engine: &E) -> Result<BackupWriter<'_>, BackupError> {
     let view = engine.view();
-    let mut records = Vec::with_capacity(2);
-    for key in [keys::APPLIED, keys::MEMBERSHIP] {
-        if let Some(value) = view.get(key).map_err(storage)? {
-            records.push((key.to_vec(), value));
-        }
-    }
-    let (applied, _) = StateMachine::<E>::applied_from(&records).map_err(storage)?;
+    let (applied, _) = StateMachine::<E>::applied_in(&*view).map_err(storage)?;
     let last_log_id = applied.ok_or(BackupError::Empty)?;
     Ok(BackupWriter { view, last_log_id })
 }

@@ -178,13 +178,13 @@ impl<R: Read> Reader<R> {
         if &header[..8] != MAGIC {
             return Err(corrupted("it does not start with the CSSNAP02 header"));
         }
-        let crc = u32::from_be_bytes(header[12..16].try_into().expect("4 bytes"));
+        let crc = be_u32(&header, 12);
         if crc32c::crc32c(&header[..12]) != crc {
             return Err(corrupted("its header fails its checksum"));
         }
         Ok(Self {
             input,
-            store_format: u32::from_be_bytes(header[8..12].try_into().expect("4 bytes")),
+            store_format: be_u32(&header, 8),
             pairs: 0,
             chunks: 0,
             chunk_crcs: 0,
@@ -225,8 +225,8 @@ impl<R: Read> Reader<R> {
         let mut head = [0u8; 9];
         head[0] = CHUNK_TAG;
         self.input.read_exact(&mut head[1..]).map_err(read_error)?;
-        let len = u32::from_be_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
-        let count = u32::from_be_bytes(head[5..9].try_into().expect("4 bytes"));
+        let len = be_u32(&head, 1) as usize;
+        let count = be_u32(&head, 5);
         if len > CHUNK_BYTES_MAX {
             return Err(corrupted(format!(
                 "chunk {} claims {len} bytes, more than a chunk may hold",
@@ -266,13 +266,13 @@ impl<R: Read> Reader<R> {
         self.input
             .read_exact(&mut trailer[1..])
             .map_err(read_error)?;
-        let crc = u32::from_be_bytes(trailer[21..25].try_into().expect("4 bytes"));
+        let crc = be_u32(&trailer, 21);
         if crc32c::crc32c(&trailer[..21]) != crc {
             return Err(corrupted("its trailer fails its checksum"));
         }
-        let pairs = u64::from_be_bytes(trailer[1..9].try_into().expect("8 bytes"));
-        let chunks = u64::from_be_bytes(trailer[9..17].try_into().expect("8 bytes"));
-        let chunk_crcs = u32::from_be_bytes(trailer[17..21].try_into().expect("4 bytes"));
+        let pairs = be_u64(&trailer, 1);
+        let chunks = be_u64(&trailer, 9);
+        let chunk_crcs = be_u32(&trailer, 17);
         if (pairs, chunks, chunk_crcs) != (self.pairs, self.chunks, self.chunk_crcs) {
             return Err(corrupted(format!(
                 "its trailer names {pairs} pairs in {chunks} chunks, the file holds {} in {} \
@@ -290,6 +290,20 @@ impl<R: Read> Reader<R> {
             }
         }
     }
+}
+
+/// The big-endian u32 at `at` of a fixed-size frame (callers index within the array's length).
+fn be_u32<const N: usize>(bytes: &[u8; N], at: usize) -> u32 {
+    let mut out = [0u8; 4];
+    out.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_be_bytes(out)
+}
+
+/// The big-endian u64 at `at` of a fixed-size frame.
+fn be_u64<const N: usize>(bytes: &[u8; N], at: usize) -> u64 {
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_be_bytes(out)
 }
 
 /// The `count` pairs a chunk body holds, or `None` when it does not hold exactly that.

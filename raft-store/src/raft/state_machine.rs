@@ -15,7 +15,7 @@ use super::snapshot;
 use super::types::{Command, CommandResult, Rejection, TypeConfig};
 use super::NodeId;
 use crate::chain::{ApplyError, ChainStore, FORMAT_VERSION};
-use crate::engine::{Engine, WriteBatch};
+use crate::engine::{Engine, EngineView, WriteBatch};
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -134,14 +134,13 @@ impl<E: Engine + ?Sized> StateMachine<E> {
         Ok((applied, membership))
     }
 
-    fn read_applied(&self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    /// The applied log id and membership as `view` sees them.
+    pub(crate) fn applied_in<V: EngineView + ?Sized>(
+        view: &V,
+    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         let mut pairs = Vec::with_capacity(2);
         for key in [keys::APPLIED, keys::MEMBERSHIP] {
-            if let Some(value) = self
-                .engine()
-                .get(key)
-                .map_err(|e| sm_error(ErrorVerb::Read, e))?
-            {
+            if let Some(value) = view.get(key).map_err(|e| sm_error(ErrorVerb::Read, e))? {
                 pairs.push((key.to_vec(), value));
             }
         }
@@ -176,16 +175,7 @@ impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
         // One view: the pairs, the applied id and the membership all come from one point in
         // time; the view is read in bounded steps straight into the file format.
         let view = self.engine().view();
-        let mut records = Vec::with_capacity(2);
-        for key in [keys::APPLIED, keys::MEMBERSHIP] {
-            if let Some(value) = view
-                .get(key)
-                .map_err(|e| snapshot_error(ErrorVerb::Read, e))?
-            {
-                records.push((key.to_vec(), value));
-            }
-        }
-        let (last_log_id, last_membership) = Self::applied_from(&records)?;
+        let (last_log_id, last_membership) = Self::applied_in(&*view)?;
         let (data, _) = snapshot::write_view(&*view, FORMAT_VERSION, Vec::new())
             .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         drop(view);
@@ -218,7 +208,7 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
     async fn applied_state(
         &mut self,
     ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
-        self.read_applied()
+        Self::applied_in(&*self.engine().view())
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<NodeId>>
