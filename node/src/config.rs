@@ -145,6 +145,10 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// Raft timings.
     pub raft: RaftTimings,
+    /// Where Raft snapshots are kept while they are built, sent, received and installed; `None`
+    /// keeps them in memory (tests and simulations). A node keeps them in files so that its
+    /// memory does not grow with its state.
+    pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
 impl NodeConfig {
@@ -158,6 +162,7 @@ impl NodeConfig {
             client_auth: ClientAuth::default(),
             limits: Limits::default(),
             raft: RaftTimings::default(),
+            snapshot_dir: None,
         }
     }
 

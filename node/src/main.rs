@@ -19,7 +19,7 @@ use chainstore_node::{
 use chainstore_transport::tls::TlsClientOptions;
 use chainstore_transport::ServerCheck;
 use clap::{Parser, Subcommand};
-use raft_store::raft::{restore_backup, BackupError, NodeId};
+use raft_store::raft::{restore_backup_from, BackupError, NodeId};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use serde::Deserialize;
 
@@ -97,6 +97,12 @@ struct Cli {
     /// Purge the log only when at least this many entries can go.
     #[arg(long, env = "CHAINSTORE_PURGE_BATCH_ENTRIES")]
     purge_batch_entries: Option<u64>,
+    /// RocksDB's block cache, in MiB (default 256).
+    #[arg(long, env = "CHAINSTORE_BLOCK_CACHE_MIB")]
+    block_cache_mib: Option<usize>,
+    /// One RocksDB memtable, in MiB (default 64; at most four are held).
+    #[arg(long, env = "CHAINSTORE_WRITE_BUFFER_MIB")]
+    write_buffer_mib: Option<usize>,
     /// The initial voters, `1=host:port,2=host:port,...`, the same on every node: the node with
     /// the lowest id initializes the cluster once, when every listed voter is reachable and none
     /// belongs to a cluster yet.
@@ -159,6 +165,8 @@ struct FileConfig {
     snapshot_after_entries: Option<u64>,
     log_entries_kept: Option<u64>,
     purge_batch_entries: Option<u64>,
+    block_cache_mib: Option<usize>,
+    write_buffer_mib: Option<usize>,
     bootstrap_voters: Option<String>,
     restore_from: Option<PathBuf>,
     max_concurrent_requests: Option<usize>,
@@ -173,6 +181,7 @@ struct Settings {
     tls_reload_poll: Duration,
     listen: SocketAddr,
     data_dir: PathBuf,
+    rocks: RocksOptions,
     log_format: String,
     bootstrap_voters: Option<BTreeMap<NodeId, String>>,
     restore_from: Option<PathBuf>,
@@ -326,6 +335,15 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     if let Some(ms) = cli.header_read_timeout_ms.or(file.header_read_timeout_ms) {
         limits.header_read_timeout = Duration::from_millis(ms.max(1));
     }
+    let mut rocks = RocksOptions::new(&data_dir);
+    if let Some(mib) = cli.block_cache_mib.or(file.block_cache_mib) {
+        rocks.block_cache_bytes = mib.max(1) << 20;
+    }
+    if let Some(mib) = cli.write_buffer_mib.or(file.write_buffer_mib) {
+        rocks.write_buffer_bytes = mib.max(1) << 20;
+    }
+    // Snapshots are files next to the database, cleared at every start.
+    node.snapshot_dir = Some(data_dir.join("snapshots"));
     let log_format = cli
         .log_format
         .or(file.log_format)
@@ -336,6 +354,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         tls_reload_poll,
         listen,
         data_dir,
+        rocks,
         log_format,
         bootstrap_voters,
         restore_from,
@@ -436,7 +455,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(settings: Settings) -> Result<(), String> {
-    let engine = RocksEngine::open(&RocksOptions::new(&settings.data_dir)).map_err(|e| {
+    let engine = RocksEngine::open(&settings.rocks).map_err(|e| {
         format!(
             "cannot open the database at {}: {e}",
             settings.data_dir.display()
@@ -444,9 +463,9 @@ async fn run(settings: Settings) -> Result<(), String> {
     })?;
     let engine: Arc<dyn Engine> = Arc::new(engine);
     if let (Some(path), Some(voters)) = (&settings.restore_from, &settings.bootstrap_voters) {
-        let data = std::fs::read(path)
+        let mut file = std::fs::File::open(path)
             .map_err(|e| format!("cannot read the backup {}: {e}", path.display()))?;
-        match restore_backup(Arc::clone(&engine), settings.node.id, voters, data).await {
+        match restore_backup_from(Arc::clone(&engine), settings.node.id, voters, &mut file).await {
             Ok(log_id) => tracing::info!(
                 backup = %path.display(),
                 last_log_index = log_id.index,

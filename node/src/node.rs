@@ -15,7 +15,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
 use raft_store::raft::{
-    Command, CommandResult, LogStore, NodeId, Rejection, StateMachine, TypeConfig,
+    Command, CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
 };
 use raft_store::{
     AppendError, AppendPlan, AppendRequest, Appended, ChainEvent, ChainStore, Effect, Engine,
@@ -188,7 +188,15 @@ impl Node {
         ));
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
         let log_store = LogStore::new(Arc::clone(&engine));
-        let state_machine = StateMachine::new(Arc::clone(&store));
+        let state_machine = match &config.snapshot_dir {
+            Some(dir) => StateMachine::with_snapshot_dir(
+                Arc::clone(&store),
+                SnapshotDir::open(dir).map_err(|e| {
+                    StartError::Raft(format!("cannot open the snapshot directory {dir:?}: {e}"))
+                })?,
+            ),
+            None => StateMachine::new(Arc::clone(&store)),
+        };
         let peer_credentials = PeerCredentials::new(&config.peer_auth);
         let network = Network::new(
             Arc::clone(&transport),

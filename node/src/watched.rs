@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use raft_store::engine::{EngineView, KeyValue, ScanOrder, WriteBatch};
+use raft_store::engine::{EngineView, KeyValue, PairSource, ScanOrder, WriteBatch};
 use raft_store::{Engine, StorageError};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -125,6 +125,24 @@ impl Engine for WatchedEngine {
         self.watch(result)
     }
 
+    fn replace_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    ) -> Result<(), StorageError> {
+        let started = Instant::now();
+        let mut source = PairSource::new(pairs);
+        let result = self.inner.replace_range(start, end, &mut source);
+        self.metrics.observe_sync(started.elapsed().as_secs_f64());
+        if source.failed() {
+            // The input was damaged (a snapshot file that changed under us, pairs out of
+            // order): refused, nothing written, and no sign that this node's disk failed.
+            return result;
+        }
+        self.watch(result)
+    }
+
     fn view(&self) -> Box<dyn EngineView + '_> {
         Box::new(WatchedView {
             engine: self,
@@ -152,5 +170,16 @@ impl EngineView for WatchedView<'_> {
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
         self.engine.watch(self.inner.scan(start, end, order, limit))
+    }
+
+    fn scan_bounded(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        self.engine
+            .watch(self.inner.scan_bounded(start, end, limit, bytes_max))
     }
 }

@@ -4,7 +4,9 @@
 //! engine. The in-memory engine's fault model (losing unsynced writes, failing chosen writes) is
 //! tested at the end.
 
-use raft_store::engine::{Engine, MemEngine, RocksEngine, RocksOptions, ScanOrder, WriteBatch};
+use raft_store::engine::{
+    Engine, KeyValue, MemEngine, RocksEngine, RocksOptions, ScanOrder, StorageError, WriteBatch,
+};
 
 /// An engine under test that can be restarted: RocksDB is closed and reopened from its
 /// directory; the in-memory engine crashes, losing what was not synced.
@@ -167,6 +169,29 @@ fn large_values_and_many_keys_round_trip(h: &mut dyn Harness) {
         .iter()
         .zip(0u32..)
         .all(|((k, v), i)| k[1..] == i.to_be_bytes() && v[..] == i.to_le_bytes()));
+
+    // Long reads step by bytes as well as by pairs: 12 values of 1 MiB come in pieces of at
+    // most a few, every key once, in order.
+    let mut large = WriteBatch::new();
+    for i in 0u8..12 {
+        large.put(vec![b'L', i], vec![i; 1 << 20]);
+    }
+    e.write(large).unwrap();
+    let view = e.view();
+    let mut seen = Vec::new();
+    let mut largest_piece = 0;
+    raft_store::engine::scan_in_steps(&*view, b"L", b"M", 1024, |piece| {
+        largest_piece = largest_piece.max(piece.len());
+        seen.extend(piece.into_iter().map(|(k, v)| (k[1], v.len())));
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(seen, (0u8..12).map(|i| (i, 1 << 20)).collect::<Vec<_>>());
+    let per_step = raft_store::engine::STEP_BYTES_MAX >> 20;
+    assert!(
+        largest_piece <= per_step + 1,
+        "a piece of {largest_piece} MiB"
+    );
 }
 
 fn a_view_reads_the_store_as_it_was_when_taken(h: &mut dyn Harness) {
@@ -192,6 +217,16 @@ fn a_view_reads_the_store_as_it_was_when_taken(h: &mut dyn Harness) {
         .scan(b"c", b"c", ScanOrder::Forward, 10)
         .unwrap()
         .is_empty());
+    // A bounded scan stops after the pair that reaches its byte budget, and returns one at
+    // least.
+    assert_eq!(
+        keys_of(view.scan_bounded(b"a", b"z", 10, 1).unwrap()),
+        vec![b"a".to_vec()]
+    );
+    assert_eq!(
+        keys_of(view.scan_bounded(b"a", b"z", 10, 3).unwrap()),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
     // The engine itself reads the new state.
     assert_eq!(e.get(b"a").unwrap(), Some(b"changed".to_vec()));
     // Stepped scans of a view see every key once, in order, whatever the step.
@@ -208,6 +243,89 @@ fn a_view_reads_the_store_as_it_was_when_taken(h: &mut dyn Harness) {
             "step {step}"
         );
     }
+}
+
+fn all(e: &dyn Engine) -> Vec<KeyValue> {
+    e.scan(b"", b"\xff", ScanOrder::Forward, usize::MAX)
+        .unwrap()
+}
+
+fn pairs(items: &[(&[u8], &[u8])]) -> Vec<Result<KeyValue, StorageError>> {
+    items
+        .iter()
+        .map(|(k, v)| Ok((k.to_vec(), v.to_vec())))
+        .collect()
+}
+
+fn replace_range_swaps_the_range_in_one_durable_step(h: &mut dyn Harness) {
+    let e = h.engine();
+    let mut before = WriteBatch::new();
+    for key in [&b"a"[..], b"b1", b"b2", b"b3", b"c"] {
+        before.put(key, b"old".to_vec());
+    }
+    e.write_durable(before).unwrap();
+    let view = e.view();
+    // Keys outside the range may ride along (a restore writes its vote and purge marker so).
+    e.replace_range(
+        b"b",
+        b"c",
+        &mut pairs(&[(b"b2", b"new2"), (b"b4", b"new4"), (b"d", b"outside")]).into_iter(),
+    )
+    .unwrap();
+    let expected: Vec<KeyValue> = [
+        (&b"a"[..], &b"old"[..]),
+        (b"b2", b"new2"),
+        (b"b4", b"new4"),
+        (b"c", b"old"),
+        (b"d", b"outside"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+    .collect();
+    assert_eq!(all(e), expected);
+    assert_eq!(
+        view.get(b"b1").unwrap(),
+        Some(b"old".to_vec()),
+        "a view keeps its time"
+    );
+    assert_eq!(view.get(b"b4").unwrap(), None);
+    drop(view);
+
+    // Pairs out of order, or a failing source, change nothing.
+    let refused = e.replace_range(
+        b"a",
+        b"z",
+        &mut pairs(&[(b"x", b"1"), (b"m", b"2")]).into_iter(),
+    );
+    assert!(refused.is_err());
+    let mut failing = pairs(&[(b"b5", b"1")]);
+    failing.push(Err(StorageError::Io("the source broke".into())));
+    assert!(e
+        .replace_range(b"a", b"z", &mut failing.into_iter())
+        .is_err());
+    assert_eq!(all(e), expected);
+
+    // Durable without a sync; later writes win over the replaced range.
+    h.restart();
+    let e = h.engine();
+    assert_eq!(all(e), expected);
+    put(e, &[(b"b2", b"later")]);
+    let mut gone = WriteBatch::new();
+    gone.delete(b"b4".to_vec());
+    e.write(gone).unwrap();
+    assert_eq!(e.get(b"b2").unwrap(), Some(b"later".to_vec()));
+    assert_eq!(e.get(b"b4").unwrap(), None);
+
+    // Many pairs, replacing many.
+    let many: Vec<Result<KeyValue, StorageError>> = (0..5_000u32)
+        .map(|i| Ok((format!("m{i:05}").into_bytes(), vec![(i % 251) as u8; 300])))
+        .collect();
+    e.replace_range(b"b", b"z", &mut many.into_iter()).unwrap();
+    let after = all(e);
+    assert_eq!(after.len(), 5_001);
+    assert_eq!(after[0].0, b"a".to_vec());
+    assert_eq!(after[5_000].0, b"m04999".to_vec());
+    assert_eq!(after[5_000].1, vec![(4_999 % 251) as u8; 300]);
 }
 
 macro_rules! conformance {
@@ -238,6 +356,10 @@ macro_rules! conformance {
             #[test]
             fn a_view_reads_the_store_as_it_was_when_taken() {
                 super::a_view_reads_the_store_as_it_was_when_taken(&mut $make);
+            }
+            #[test]
+            fn replace_range_swaps_the_range_in_one_durable_step() {
+                super::replace_range_swaps_the_range_in_one_durable_step(&mut $make);
             }
             #[test]
             fn large_values_and_many_keys_round_trip() {

@@ -32,7 +32,7 @@ use openraft::{
     SnapshotMeta, Vote,
 };
 use raft_store::raft::{
-    restore_backup, take_backup, Command, LogStore, NodeId, StateMachine, TypeConfig,
+    restore_backup, take_backup, Command, LogStore, NodeId, SnapshotData, StateMachine, TypeConfig,
 };
 use raft_store::{AppendPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
 
@@ -164,8 +164,9 @@ fn donor() -> Parts {
 
 fn donor_snapshot() -> (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) {
     let mut sm = donor().sm;
-    let snapshot = block_on(sm.build_snapshot()).expect("snapshot");
-    (snapshot.meta, snapshot.snapshot.into_inner())
+    let mut snapshot = block_on(sm.build_snapshot()).expect("snapshot");
+    let bytes = snapshot.snapshot.to_vec().expect("snapshot bytes");
+    (snapshot.meta, bytes)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -217,7 +218,7 @@ impl Op {
                 block_on(
                     parts
                         .sm
-                        .install_snapshot(&meta, Box::new(std::io::Cursor::new(data))),
+                        .install_snapshot(&meta, Box::new(SnapshotData::memory(data))),
                 )
                 .map_err(|e| err(&e))
             }
@@ -508,7 +509,7 @@ fn a_damaged_or_truncated_snapshot_or_backup_is_refused_before_anything_is_writt
                 Op::InstallSnapshot => block_on(
                     parts
                         .sm
-                        .install_snapshot(&meta, Box::new(std::io::Cursor::new(bytes.clone()))),
+                        .install_snapshot(&meta, Box::new(SnapshotData::memory(bytes.clone()))),
                 )
                 .map_err(|e| e.to_string()),
                 _ => {
@@ -538,4 +539,80 @@ fn a_damaged_or_truncated_snapshot_or_backup_is_refused_before_anything_is_writt
             .expect("the whole file installs");
         assert_ne!(view(&parts), before);
     }
+}
+
+/// A node keeps its snapshots in files and replaces its state through RocksDB's table
+/// ingestion: a snapshot received into a file installs exactly as one held in memory, a snapshot
+/// built into a file is byte for byte the same file, a damaged one changes nothing, and only the
+/// current snapshot's file stays in the directory.
+#[test]
+fn snapshots_kept_in_files_on_rocksdb_install_and_build_like_those_in_memory() {
+    use raft_store::engine::{RocksEngine, RocksOptions, ScanOrder};
+    use raft_store::raft::SnapshotDir;
+    use tokio::io::AsyncWriteExt;
+
+    let (meta, bytes) = donor_snapshot();
+    fn state_of(engine: &dyn Engine) -> Result<Pairs, raft_store::StorageError> {
+        engine.scan(b"a", b"y", ScanOrder::Forward, usize::MAX)
+    }
+
+    // The reference: installed in memory.
+    let mut reference = open(&base().engine);
+    block_on(
+        reference
+            .sm
+            .install_snapshot(&meta, Box::new(SnapshotData::memory(bytes.clone()))),
+    )
+    .expect("install in memory");
+    let expected = state_of(&reference.engine).expect("scan");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine =
+        Arc::new(RocksEngine::open(&RocksOptions::new(dir.path().join("db"))).expect("open"));
+    let store =
+        Arc::new(ChainStore::open(Arc::clone(&engine), StoreConfig::default()).expect("store"));
+    // A stale record the snapshot does not hold: the install removes it.
+    let mut stale = raft_store::engine::WriteBatch::new();
+    stale.put(b"cstale/h".to_vec(), b"old".to_vec());
+    engine.write(stale).expect("write");
+    let snapshots = dir.path().join("snapshots");
+    let mut sm =
+        StateMachine::with_snapshot_dir(store, SnapshotDir::open(&snapshots).expect("dir"));
+    let files = || std::fs::read_dir(&snapshots).expect("dir").count();
+
+    let receive = |sm: &mut StateMachine<RocksEngine>, bytes: &[u8]| {
+        block_on(async {
+            let mut data = sm.begin_receiving_snapshot().await.expect("begin");
+            for piece in bytes.chunks(bytes.len() / 3 + 1) {
+                data.write_all(piece).await.expect("write a piece");
+            }
+            data.shutdown().await.expect("shutdown");
+            sm.install_snapshot(&meta, data).await
+        })
+    };
+    receive(&mut sm, &bytes).expect("install from a file");
+    assert_eq!(state_of(&*engine).expect("scan"), expected);
+    assert_eq!(files(), 1, "the received file is the current snapshot");
+
+    // Damaged in its middle: refused, nothing written, the current snapshot kept.
+    let mut damaged = bytes.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x01;
+    assert!(receive(&mut sm, &damaged).is_err());
+    assert_eq!(state_of(&*engine).expect("scan"), expected);
+    let mut current = block_on(sm.get_current_snapshot())
+        .expect("current")
+        .expect("held");
+    assert_eq!(current.snapshot.to_vec().expect("read"), bytes);
+
+    // Built into a file: the same bytes; the file it replaces goes.
+    let mut built = block_on(sm.build_snapshot()).expect("build");
+    assert_eq!(built.snapshot.to_vec().expect("read"), bytes);
+    assert_eq!(built.meta.last_log_id, meta.last_log_id);
+    drop((built, current));
+    // The refused file and the replaced current one are gone.
+    assert_eq!(files(), 1);
+    drop(sm);
+    SnapshotDir::open(&snapshots).expect("reopen");
+    assert_eq!(files(), 0, "opening clears the directory");
 }

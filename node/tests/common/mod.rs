@@ -347,6 +347,30 @@ impl Cluster {
         assert!(status.success());
     }
 
+    /// Node `id`'s process id.
+    pub fn pid(&self, id: u64) -> u32 {
+        self.procs[&id].child.as_ref().expect("running").id()
+    }
+
+    /// Node `id`'s peak resident set since it started or since [`Cluster::reset_peak_rss`]
+    /// (`VmHWM`), in bytes.
+    pub fn peak_rss(&self, id: u64) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(id)))
+            .expect("/proc/<pid>/status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kib << 10
+    }
+
+    /// Starts node `id`'s peak resident set afresh from its current one; false when the kernel
+    /// does not allow it (then the peak counts from the process's start).
+    pub fn reset_peak_rss(&self, id: u64) -> bool {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid(id)), "5").is_ok()
+    }
+
     pub fn url(&self, id: u64, path: &str) -> String {
         format!("{}://{}{}", self.scheme(), self.procs[&id].addr, path)
     }

@@ -31,6 +31,9 @@ pub struct StoreConfig {
     /// Most events one populate batch writes; a longer populate spans several batches, ordered
     /// so that a crash between them leaves the execution unservable, never served short.
     pub populate_batch_events_max: usize,
+    /// About the most bytes one populate batch writes (one event at least): a Raft entry stays
+    /// small enough to be replicated within one append's deadline.
+    pub populate_batch_bytes_max: usize,
     /// Whether each library write is made durable before it returns. A cluster turns this off
     /// for its state machine: there the Raft log is the durable record.
     pub sync_writes: bool,
@@ -43,6 +46,7 @@ impl Default for StoreConfig {
             populate_events_max: 100_000,
             replicated_events_max: 10_000,
             populate_batch_events_max: 1_000,
+            populate_batch_bytes_max: 2 << 20,
             sync_writes: true,
         }
     }
@@ -68,9 +72,9 @@ pub enum OpenError {
 }
 
 /// Refuses a copy of a store's pairs (a backup) whose format record is missing or unknown.
-pub(crate) fn check_copied_format(pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), OpenError> {
-    match pairs.iter().find(|(key, _)| key.as_slice() == keys::FORMAT) {
-        Some((_, record)) => check_format(record),
+pub(crate) fn check_copied_format(record: Option<&[u8]>) -> Result<(), OpenError> {
+    match record {
+        Some(record) => check_format(record),
         None => Err(OpenError::NoFormatRecord),
     }
 }

@@ -360,11 +360,15 @@ impl<E: Engine> ChainStore<E> {
         // Coverage rides with the first batch and the watermark with the last: a crash between
         // batches leaves either no watermark or one that disagrees with the head, so the
         // partition is refused until a later populate completes it.
-        let chunk_len = self.config.populate_batch_events_max.max(1);
-        let chunk_count = missing.len().div_ceil(chunk_len);
+        let chunks = batches(
+            &missing,
+            self.config.populate_batch_events_max,
+            self.config.populate_batch_bytes_max,
+        );
+        let chunk_count = chunks.len();
         let mut head = part.head.clone();
         let mut effects = Vec::with_capacity(chunk_count);
-        for (i, chunk) in missing.chunks(chunk_len).enumerate() {
+        for (i, chunk) in chunks.into_iter().enumerate() {
             let head_check = HeadCheck::Expect(head.clone());
             if let Some(last) = chunk.iter().max_by_key(|e| e.exec_seq) {
                 if head.as_ref().is_none_or(|h| last.exec_seq > h.exec_seq) {
@@ -525,5 +529,83 @@ fn per_event_coverage(existing: Option<Coverage>) -> CoverageChange {
         }),
         Some(_) => CoverageChange::Drop,
         None => CoverageChange::Keep,
+    }
+}
+
+/// Splits `events` into runs of at most `count_max` events and about `bytes_max` encoded bytes
+/// each (one event at least), in order.
+fn batches(events: &[ChainEvent], count_max: usize, bytes_max: usize) -> Vec<&[ChainEvent]> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, event) in events.iter().enumerate() {
+        let size = encoded_size(event);
+        if i > start && (i - start >= count_max.max(1) || bytes.saturating_add(size) > bytes_max) {
+            runs.push(&events[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes = bytes.saturating_add(size);
+    }
+    if start < events.len() {
+        runs.push(&events[start..]);
+    }
+    runs
+}
+
+/// About how many bytes `event` takes in a Raft entry: its payload's JSON and its ids.
+fn encoded_size(event: &ChainEvent) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` cannot fail: its map keys are strings.
+    let _ = serde_json::to_writer(&mut count, &event.payload);
+    count.0 + 3 * 129 + 64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, payload_chars: usize) -> ChainEvent {
+        ChainEvent {
+            execution_id: ExecutionId::new("x").expect("id"),
+            exec_seq: seq,
+            event_id: EventId::new(format!("e{seq}")).expect("id"),
+            prev_event_id: None,
+            parent_execution_id: None,
+            payload: serde_json::Value::String("p".repeat(payload_chars)),
+            commit_index: 0,
+        }
+    }
+
+    fn lengths(runs: &[&[ChainEvent]]) -> Vec<usize> {
+        runs.iter().map(|run| run.len()).collect()
+    }
+
+    #[test]
+    fn populate_batches_are_bounded_by_count_and_by_bytes_and_keep_every_event_in_order() {
+        let small: Vec<ChainEvent> = (1..=10).map(|seq| event(seq, 10)).collect();
+        assert_eq!(lengths(&batches(&small, 4, usize::MAX)), vec![4, 4, 2]);
+        // Events of ~100 kB against a 250 kB budget: two per batch.
+        let large: Vec<ChainEvent> = (1..=5).map(|seq| event(seq, 100_000)).collect();
+        assert_eq!(lengths(&batches(&large, 1_000, 250_000)), vec![2, 2, 1]);
+        // An event over the budget travels alone.
+        assert_eq!(lengths(&batches(&large, 1_000, 10)), vec![1; 5]);
+        let seqs: Vec<u64> = batches(&large, 1_000, 250_000)
+            .into_iter()
+            .flatten()
+            .map(|e| e.exec_seq)
+            .collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+        assert!(batches(&[], 4, 4).is_empty());
     }
 }

@@ -109,6 +109,17 @@ impl<E: Engine> Engine for CountingEngine<E> {
         self.inner.write_durable(batch)
     }
 
+    fn replace_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    ) -> Result<(), StorageError> {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.replace_range(start, end, pairs)
+    }
+
     fn view(&self) -> Box<dyn EngineView + '_> {
         Box::new(CountingView {
             counts: self,
@@ -138,6 +149,21 @@ impl<E: Engine> EngineView for CountingView<'_, E> {
     ) -> Result<Vec<KeyValue>, StorageError> {
         self.counts.scans.fetch_add(1, Ordering::Relaxed);
         let pairs = self.inner.scan(start, end, order, limit)?;
+        self.counts
+            .scanned_pairs
+            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+        Ok(pairs)
+    }
+
+    fn scan_bounded(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        self.counts.scans.fetch_add(1, Ordering::Relaxed);
+        let pairs = self.inner.scan_bounded(start, end, limit, bytes_max)?;
         self.counts
             .scanned_pairs
             .fetch_add(pairs.len() as u64, Ordering::Relaxed);

@@ -203,6 +203,79 @@ pub trait Engine: Send + Sync + 'static {
     /// snapshot streamed in chunks) makes many bounded scans of one view instead of one
     /// unbounded scan.
     fn view(&self) -> Box<dyn EngineView + '_>;
+
+    /// Removes every key in `[start, end)` and writes `pairs`, as ONE atomic and durable change:
+    /// a reader and a crash see the store before or after, never between. `pairs` must come in
+    /// strictly ascending key order (they may lie outside the range). When `pairs` yields an
+    /// error or is out of order, nothing is changed and the error is returned.
+    ///
+    /// This is how a snapshot or a backup replaces the state machine. The default gathers one
+    /// batch in memory; [`RocksEngine`] stages the pairs in a table file on disk and ingests it,
+    /// so the memory it needs does not grow with the number of pairs.
+    fn replace_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    ) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::new();
+        batch.delete_range(start, end);
+        for pair in PairSource::new(pairs) {
+            let (key, value) = pair?;
+            batch.put(key, value);
+        }
+        self.write_durable(batch)
+    }
+}
+
+/// The pairs handed to [`Engine::replace_range`], checked to come in strictly ascending key
+/// order; remembers whether an error came from them (a damaged input) rather than from the
+/// engine, which a caller watching the engine's health needs to tell apart.
+pub struct PairSource<'a> {
+    inner: &'a mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    last: Option<Vec<u8>>,
+    failed: bool,
+}
+
+impl<'a> PairSource<'a> {
+    /// Wraps `inner`.
+    pub fn new(inner: &'a mut dyn Iterator<Item = Result<KeyValue, StorageError>>) -> Self {
+        Self {
+            inner,
+            last: None,
+            failed: false,
+        }
+    }
+
+    /// True once the source yielded an error or a key out of order.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+}
+
+impl Iterator for PairSource<'_> {
+    type Item = Result<KeyValue, StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = match self.inner.next()? {
+            Ok((key, value)) => match &self.last {
+                Some(last) if key.as_slice() <= last.as_slice() => {
+                    Err(StorageError::Corrupted(format!(
+                        "key {} does not sort after the key before it ({})",
+                        printable_key(&key),
+                        printable_key(last)
+                    )))
+                }
+                _ => {
+                    self.last = Some(key.clone());
+                    Ok((key, value))
+                }
+            },
+            Err(err) => Err(err),
+        };
+        self.failed |= item.is_err();
+        Some(item)
+    }
 }
 
 /// The reads of a point-in-time view ([`Engine::view`]); the same contract as the engine's.
@@ -218,10 +291,38 @@ pub trait EngineView: Send {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError>;
+
+    /// A forward scan that also stops after the pair that brings the bytes read (keys and
+    /// values) to `bytes_max`; it always returns at least one pair when the range holds one.
+    /// A step of a long read is so bounded in bytes as well as in pairs, whatever the values'
+    /// sizes. The default cuts a plain scan (right for an engine that holds its values in
+    /// memory anyway); [`RocksEngine`]'s view stops reading.
+    fn scan_bounded(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let mut pairs = self.scan(start, end, ScanOrder::Forward, limit)?;
+        let mut bytes = 0usize;
+        if let Some(cut) = pairs.iter().position(|(key, value)| {
+            bytes = bytes.saturating_add(key.len() + value.len());
+            bytes >= bytes_max
+        }) {
+            pairs.truncate(cut + 1);
+        }
+        Ok(pairs)
+    }
 }
 
-/// Scans `[start, end)` of `view` forward in pieces of at most `step` pairs, handing each piece
-/// to `each`; stops early when `each` answers false. Memory: one piece at a time.
+/// Bytes (keys and values) one step of [`scan_in_steps`] reads at most, besides the one pair
+/// that crosses it.
+pub const STEP_BYTES_MAX: usize = 4 << 20;
+
+/// Scans `[start, end)` of `view` forward in pieces of at most `step` pairs and about
+/// [`STEP_BYTES_MAX`] bytes, handing each piece to `each`; stops early when `each` answers false.
+/// Memory: one piece at a time.
 pub fn scan_in_steps<V: EngineView + ?Sized>(
     view: &V,
     start: &[u8],
@@ -232,9 +333,10 @@ pub fn scan_in_steps<V: EngineView + ?Sized>(
     let step = step.max(1);
     let mut from = start.to_vec();
     loop {
-        let piece = view.scan(&from, end, ScanOrder::Forward, step)?;
+        let piece = view.scan_bounded(&from, end, step, STEP_BYTES_MAX)?;
+        let bytes: usize = piece.iter().map(|(k, v)| k.len() + v.len()).sum();
         let last = match piece.last() {
-            Some((key, _)) if piece.len() == step => Some(key.clone()),
+            Some((key, _)) if piece.len() == step || bytes >= STEP_BYTES_MAX => Some(key.clone()),
             _ => None,
         };
         if !each(piece)? {
@@ -275,6 +377,14 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
     }
     fn view(&self) -> Box<dyn EngineView + '_> {
         (**self).view()
+    }
+    fn replace_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    ) -> Result<(), StorageError> {
+        (**self).replace_range(start, end, pairs)
     }
 }
 

@@ -1,15 +1,20 @@
 //! The production engine: RocksDB, one database per node, with every option spelled out.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{
-    BlockBasedOptions, Cache, DBCompressionType, DBRecoveryMode, Options, ReadOptions, Snapshot,
-    WriteOptions, DB,
+    BlockBasedOptions, Cache, DBCompressionType, DBRecoveryMode, IngestExternalFileOptions,
+    Options, ReadOptions, Snapshot, SstFileWriter, WriteOptions, DB,
 };
 
 use super::{
-    seal, unseal, Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp,
+    seal, unseal, Engine, EngineView, KeyValue, PairSource, ScanOrder, StorageError, WriteBatch,
+    WriteOp,
 };
+
+/// Subdirectory of the database where [`Engine::replace_range`] stages its table file.
+const STAGING_DIR: &str = "staging";
 
 /// The RocksDB settings a deployment may tune. Everything else is fixed in
 /// [`RocksEngine::open`], where a reader sees each choice and why.
@@ -41,6 +46,9 @@ impl RocksOptions {
 pub struct RocksEngine {
     db: DB,
     path: PathBuf,
+    /// The options the database was opened with; a staged table file is written with them.
+    options: Options,
+    staged: AtomicU64,
 }
 
 fn io(err: rocksdb::Error) -> StorageError {
@@ -81,10 +89,41 @@ impl RocksEngine {
         opts.set_block_based_table_factory(&table);
 
         let db = DB::open(&opts, &options.path).map_err(io)?;
+        // A staged table file left by a crash was never ingested: nothing refers to it.
+        let staging = options.path.join(STAGING_DIR);
+        match std::fs::remove_dir_all(&staging) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(StorageError::Io(format!("clearing {staging:?}: {err}"))),
+        }
         Ok(Self {
             db,
             path: options.path.clone(),
+            options: opts,
+            staged: AtomicU64::new(0),
         })
+    }
+
+    /// Writes the range tombstone and the pairs into one table file under the staging
+    /// directory. A table's range tombstone does not delete the point keys of the same file,
+    /// and an ingested file is newer than everything in the database: ingesting it replaces the
+    /// range in one step, made durable by RocksDB (file and manifest synced) before it returns.
+    fn stage_table(
+        &self,
+        file: &Path,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut PairSource<'_>,
+    ) -> Result<(), StorageError> {
+        let mut writer = SstFileWriter::create(&self.options);
+        writer.open(file).map_err(io)?;
+        writer.delete_range(start, end).map_err(io)?;
+        for pair in pairs {
+            let (key, value) = pair?;
+            let sealed = seal(&key, value);
+            writer.put(&key, sealed).map_err(io)?;
+        }
+        writer.finish().map_err(io)
     }
 
     /// The database directory.
@@ -129,7 +168,15 @@ impl Engine for RocksEngine {
     ) -> Result<Vec<KeyValue>, StorageError> {
         // An iterator reads from an implicit snapshot taken when it is created, so the whole scan
         // is one point-in-time view.
-        scan_with(&self.db, ReadOptions::default(), start, end, order, limit)
+        scan_with(
+            &self.db,
+            ReadOptions::default(),
+            start,
+            end,
+            order,
+            limit,
+            usize::MAX,
+        )
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -142,6 +189,35 @@ impl Engine for RocksEngine {
 
     fn write_durable(&self, batch: WriteBatch) -> Result<(), StorageError> {
         self.write_with(batch, true)
+    }
+
+    fn replace_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
+    ) -> Result<(), StorageError> {
+        let staging = self.path.join(STAGING_DIR);
+        std::fs::create_dir_all(&staging)
+            .map_err(|e| StorageError::Io(format!("creating {staging:?}: {e}")))?;
+        let file = staging.join(format!(
+            "replace-{}.sst",
+            self.staged.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut source = PairSource::new(pairs);
+        let result = self
+            .stage_table(&file, start, end, &mut source)
+            .and_then(|()| {
+                let mut ingest = IngestExternalFileOptions::default();
+                // The staged file becomes part of the database (a link, not a copy).
+                ingest.set_move_files(true);
+                self.db
+                    .ingest_external_file_opts(&ingest, vec![&file])
+                    .map_err(io)
+            });
+        // Gone after a move; after a failure, never ingested.
+        let _ = std::fs::remove_file(&file);
+        result
     }
 
     fn view(&self) -> Box<dyn EngineView + '_> {
@@ -177,7 +253,27 @@ impl EngineView for RocksView<'_> {
     ) -> Result<Vec<KeyValue>, StorageError> {
         let mut read_opts = ReadOptions::default();
         read_opts.set_snapshot(&self.snapshot);
-        scan_with(self.db, read_opts, start, end, order, limit)
+        scan_with(self.db, read_opts, start, end, order, limit, usize::MAX)
+    }
+
+    fn scan_bounded(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let mut read_opts = ReadOptions::default();
+        read_opts.set_snapshot(&self.snapshot);
+        scan_with(
+            self.db,
+            read_opts,
+            start,
+            end,
+            ScanOrder::Forward,
+            limit,
+            bytes_max,
+        )
     }
 }
 
@@ -188,6 +284,7 @@ fn scan_with(
     end: &[u8],
     order: ScanOrder,
     limit: usize,
+    bytes_max: usize,
 ) -> Result<Vec<KeyValue>, StorageError> {
     if start >= end || limit == 0 {
         return Ok(Vec::new());
@@ -200,9 +297,12 @@ fn scan_with(
         ScanOrder::Reverse => iter.seek_to_last(),
     }
     let mut out = Vec::new();
-    while iter.valid() && out.len() < limit {
+    let mut bytes = 0usize;
+    while iter.valid() && out.len() < limit && bytes < bytes_max {
         if let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-            out.push((key.to_vec(), unseal(key, value.to_vec())?));
+            let value = unseal(key, value.to_vec())?;
+            bytes = bytes.saturating_add(key.len() + value.len());
+            out.push((key.to_vec(), value));
         }
         match order {
             ScanOrder::Forward => iter.next(),

@@ -9,17 +9,20 @@
 //! restored event) without any `init`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 
+use super::keys;
 use super::log_store::{stage_purge, stage_vote};
 use super::snapshot;
-use super::state_machine::install_batch;
 use super::{LogStore, NodeId, StateMachine};
-use crate::chain::{check_copied_format, ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
-use crate::engine::{Engine, EngineView, KeyValue};
+use crate::chain::{
+    check_copied_format, keys as chain_keys, ChainStore, OpenError, StoreConfig, FORMAT_VERSION,
+};
+use crate::engine::{Engine, EngineView, KeyValue, StorageError, WriteBatch, WriteOp};
 
 /// A consistent copy of one node's state machine.
 #[derive(Debug, Clone)]
@@ -106,49 +109,228 @@ pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError
 /// Reads the applied log id a backup file holds, checking that the whole file decodes and that
 /// its format is one this build reads.
 pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
-    let pairs = decode_checked(data)?;
-    let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
-        .map_err(|e| BackupError::Invalid(e.to_string()))?;
-    applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
+    verify_checked(data)?
+        .applied
+        .ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
 }
 
-/// Every pair of a snapshot or backup file, once the whole file has passed its checks: every
-/// checksum and the trailer, a header naming this build's store format, and a format record
-/// among the pairs that agrees with it.
-pub(crate) fn decode_checked(data: &[u8]) -> Result<Vec<KeyValue>, BackupError> {
-    let (summary, pairs) =
-        snapshot::decode(data).map_err(|e| BackupError::Invalid(e.to_string()))?;
-    if summary.store_format != FORMAT_VERSION {
+/// What a snapshot or backup file holds, known once the whole file passed its checks.
+#[derive(Debug)]
+pub(crate) struct Verified {
+    /// The applied log id the file records.
+    pub applied: Option<LogId<NodeId>>,
+}
+
+/// Reads a whole snapshot or backup file from `input` and checks it, holding one chunk at a
+/// time: every checksum and the trailer, a header naming this build's store format, keys in
+/// strictly ascending order, and a format record among the pairs that agrees with the header.
+/// Every install and restore runs this before it changes anything.
+pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Verified, BackupError> {
+    let invalid = |e: StorageError| BackupError::Invalid(e.to_string());
+    let mut reader = snapshot::Reader::new(input).map_err(invalid)?;
+    if reader.summary().store_format != FORMAT_VERSION {
         return Err(OpenError::UnknownFormat {
-            found: summary.store_format,
+            found: reader.summary().store_format,
         }
         .into());
     }
-    check_copied_format(&pairs)?;
-    Ok(pairs)
+    let mut last: Option<Vec<u8>> = None;
+    let mut format_record = None;
+    let mut applied_pairs = Vec::new();
+    while let Some(chunk) = reader.next_chunk().map_err(invalid)? {
+        for (key, value) in chunk {
+            if last.as_ref().is_some_and(|last| key <= *last) {
+                return Err(BackupError::Invalid(
+                    "its keys are not in ascending order".into(),
+                ));
+            }
+            if key.as_slice() == chain_keys::FORMAT {
+                format_record = Some(value);
+            } else if key.as_slice() == keys::APPLIED || key.as_slice() == keys::MEMBERSHIP {
+                applied_pairs.push((key.clone(), value));
+            }
+            last = Some(key);
+        }
+    }
+    check_copied_format(format_record.as_deref())?;
+    let (applied, _) = StateMachine::<dyn Engine>::applied_from(&applied_pairs)
+        .map_err(|e| BackupError::Invalid(e.to_string()))?;
+    Ok(Verified { applied })
 }
 
-/// Seeds the empty store on `engine` for node `node_id` from `data`, as a member of a new cluster
-/// whose voters are `voters` (id → address). Every voter of the new cluster is restored from the
-/// same file; they then elect a leader among themselves. Returns the log id the cluster resumes
-/// after.
+/// The pairs an install writes, read lazily from a file that [`verify_checked`] accepted: the
+/// file's pairs inside the state machine's range, merged in key order with `overrides` (which
+/// replace a pair of the same key). A read or checksum error ends the stream with that error,
+/// which makes the install refuse before anything changed.
+pub(crate) struct InstallPairs<R: Read> {
+    reader: snapshot::Reader<R>,
+    chunk: std::vec::IntoIter<KeyValue>,
+    next_from_file: Option<KeyValue>,
+    overrides: std::iter::Peekable<std::vec::IntoIter<KeyValue>>,
+    /// Every override's key: the file's pair under such a key is dropped.
+    replaced: Vec<Vec<u8>>,
+    failed: bool,
+}
+
+impl<R: Read> InstallPairs<R> {
+    /// Pairs of the file read from `input`, with `overrides` (sorted by key) merged in.
+    pub(crate) fn new(input: R, mut overrides: Vec<KeyValue>) -> Result<Self, StorageError> {
+        overrides.sort_by(|a, b| a.0.cmp(&b.0));
+        let replaced = overrides.iter().map(|(key, _)| key.clone()).collect();
+        Ok(Self {
+            replaced,
+            reader: snapshot::Reader::new(input)?,
+            chunk: Vec::new().into_iter(),
+            next_from_file: None,
+            overrides: overrides.into_iter().peekable(),
+            failed: false,
+        })
+    }
+
+    /// The file's next pair in the state machine's range, not replaced by an override.
+    fn file_pair(&mut self) -> Result<Option<KeyValue>, StorageError> {
+        loop {
+            match self.chunk.next() {
+                Some((key, value)) => {
+                    let in_range =
+                        key.as_slice() >= keys::SM_START && key.as_slice() < keys::SM_END;
+                    if in_range && !self.replaced.contains(&key) {
+                        return Ok(Some((key, value)));
+                    }
+                }
+                None => match self.reader.next_chunk()? {
+                    Some(chunk) => self.chunk = chunk.into_iter(),
+                    None => return Ok(None),
+                },
+            }
+        }
+    }
+}
+
+impl<R: Read> Iterator for InstallPairs<R> {
+    type Item = Result<KeyValue, StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if self.next_from_file.is_none() {
+            match self.file_pair() {
+                Ok(pair) => self.next_from_file = pair,
+                Err(err) => {
+                    self.failed = true;
+                    return Some(Err(err));
+                }
+            }
+        }
+        let take_override = match (self.overrides.peek(), &self.next_from_file) {
+            (Some((over, _)), Some((key, _))) => over < key,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if take_override {
+            self.overrides.next().map(Ok)
+        } else {
+            self.next_from_file.take().map(Ok)
+        }
+    }
+}
+
+/// Replaces the state machine on `engine` with the file read from `source`, with `overrides`
+/// (the applied id and membership an install records, plus, for a restore, the log's purge
+/// marker and vote). Two passes over the file: the first checks all of it; only then does the
+/// second stream its pairs into ONE [`Engine::replace_range`], so a reader or a crash sees the
+/// old state or the new one, never a mixture, and memory holds a chunk at a time.
+pub(crate) fn install_from<E, R>(
+    engine: &E,
+    source: &mut R,
+    overrides: Vec<KeyValue>,
+) -> Result<Verified, BackupError>
+where
+    E: Engine + ?Sized,
+    R: Read + Seek,
+{
+    let rewind = |source: &mut R| {
+        source
+            .seek(SeekFrom::Start(0))
+            .map(|_| ())
+            .map_err(|e| BackupError::Storage(format!("reading the snapshot: {e}")))
+    };
+    rewind(source)?;
+    let verified = verify_checked(BufReader::with_capacity(1 << 20, &mut *source))?;
+    rewind(source)?;
+    let mut pairs = InstallPairs::new(BufReader::with_capacity(1 << 20, &mut *source), overrides)
+        .map_err(storage)?;
+    engine
+        .replace_range(keys::SM_START, keys::SM_END, &mut pairs)
+        .map_err(storage)?;
+    Ok(verified)
+}
+
+/// The pairs a batch of puts writes (the vote and purge marker a restore records).
+fn puts_of(batch: WriteBatch) -> Vec<KeyValue> {
+    batch
+        .into_ops()
+        .into_iter()
+        .filter_map(|op| match op {
+            WriteOp::Put { key, value } => Some((key, value)),
+            // The purge's range delete of the log: the store is empty, there is nothing to
+            // delete.
+            WriteOp::Delete { .. } | WriteOp::DeleteRange { .. } => None,
+        })
+        .collect()
+}
+
+/// The state-machine records an install writes from a snapshot's meta.
+pub(crate) fn meta_pairs(
+    meta: &SnapshotMeta<NodeId, BasicNode>,
+) -> Result<Vec<KeyValue>, BackupError> {
+    let json = |value: serde_json::Result<Vec<u8>>| value.map_err(storage);
+    Ok(vec![
+        (
+            keys::APPLIED.to_vec(),
+            json(serde_json::to_vec(&meta.last_log_id))?,
+        ),
+        (
+            keys::MEMBERSHIP.to_vec(),
+            json(serde_json::to_vec(&meta.last_membership))?,
+        ),
+    ])
+}
+
+/// Seeds the empty store on `engine` for node `node_id` from the backup file `data`, as a member
+/// of a new cluster whose voters are `voters` (id → address). See [`restore_backup_from`].
 pub async fn restore_backup<E: Engine + ?Sized>(
     engine: Arc<E>,
     node_id: NodeId,
     voters: &BTreeMap<NodeId, String>,
     data: Vec<u8>,
 ) -> Result<LogId<NodeId>, BackupError> {
+    restore_backup_from(engine, node_id, voters, &mut Cursor::new(data)).await
+}
+
+/// Seeds the empty store on `engine` for node `node_id` from the backup file read from `source`,
+/// as a member of a new cluster whose voters are `voters` (id → address). Every voter of the new
+/// cluster is restored from the same file; they then elect a leader among themselves. Returns
+/// the log id the cluster resumes after. The file is read twice, a chunk at a time: memory does
+/// not grow with the backup's size.
+pub async fn restore_backup_from<E: Engine + ?Sized, R: Read + Seek>(
+    engine: Arc<E>,
+    node_id: NodeId,
+    voters: &BTreeMap<NodeId, String>,
+    source: &mut R,
+) -> Result<LogId<NodeId>, BackupError> {
     if !voters.contains_key(&node_id) {
         return Err(BackupError::BadVoters(format!(
             "the voters must include this node ({node_id})"
         )));
     }
-    let pairs = decode_checked(&data)?;
-    drop(data);
-    let (applied, _) = StateMachine::<dyn Engine>::applied_from(&pairs)
-        .map_err(|e| BackupError::Invalid(e.to_string()))?;
-    let last_log_id =
-        applied.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))?;
+    source
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| BackupError::Storage(format!("reading the backup: {e}")))?;
+    let last_log_id = verify_checked(BufReader::with_capacity(1 << 20, &mut *source))?
+        .applied
+        .ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))?;
 
     let store = Arc::new(ChainStore::open(
         Arc::clone(&engine),
@@ -175,21 +357,27 @@ pub async fn restore_backup<E: Engine + ?Sized>(
         snapshot_id: format!("restored-{}", last_log_id.index),
     };
     // The installed state, the log purged up to the backup's last entry (the log resumes after
-    // it) and the vote, in ONE durable batch: a crash leaves the store empty (restore again) or
-    // restored, never a state machine without its purge marker or vote. The vote carries the
-    // backup's term, so the first election of the new cluster runs in a later term than every
-    // restored entry.
-    let mut batch = install_batch(&meta, pairs).map_err(storage)?;
-    stage_purge(&mut batch, &last_log_id).map_err(storage)?;
-    stage_vote(&mut batch, &Vote::new(last_log_id.leader_id.term, node_id)).map_err(storage)?;
-    engine.write_durable(batch).map_err(storage)?;
+    // it) and the vote, in ONE durable replacement: a crash leaves the store empty (restore
+    // again) or restored, never a state machine without its purge marker or vote. The vote
+    // carries the backup's term, so the first election of the new cluster runs in a later term
+    // than every restored entry.
+    let mut log_records = WriteBatch::new();
+    stage_purge(&mut log_records, &last_log_id).map_err(storage)?;
+    stage_vote(
+        &mut log_records,
+        &Vote::new(last_log_id.leader_id.term, node_id),
+    )
+    .map_err(storage)?;
+    let mut overrides = meta_pairs(&meta)?;
+    overrides.extend(puts_of(log_records));
+    install_from(&*engine, source, overrides)?;
     Ok(last_log_id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::{codec, keys as chain_keys};
+    use crate::chain::codec;
 
     #[test]
     fn a_backup_without_a_readable_format_record_is_refused_before_anything_else() {

@@ -17,8 +17,11 @@ use super::types::TypeConfig;
 use super::NodeId;
 use crate::engine::{Engine, ScanOrder, WriteBatch};
 
-/// Most entries one read returns; replication asks again for the rest.
+/// Most entries one replication read returns; replication asks again for the rest.
 const READ_ENTRIES_MAX: usize = 4_096;
+/// About the most bytes of entries one replication read returns (at least one entry): with
+/// entries of several MiB, a count alone would load hundreds of MiB for one append RPC.
+const READ_BYTES_MAX: usize = 16 << 20;
 
 /// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
 /// clone is the log reader.
@@ -146,6 +149,8 @@ fn end_key(range: &impl RangeBounds<u64>) -> Vec<u8> {
 }
 
 impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
+    /// Every entry in `range`: openraft applies what this returns and refuses a range with a
+    /// hole, so it is never cut short.
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
@@ -153,11 +158,26 @@ impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
         let start = keys::log_entry(start_index(&range));
         let pairs = self
             .engine
-            .scan(
-                &start,
-                &end_key(&range),
-                ScanOrder::Forward,
+            .scan(&start, &end_key(&range), ScanOrder::Forward, usize::MAX)
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        pairs.iter().map(|(_, value)| decode_entry(value)).collect()
+    }
+
+    /// The first entries of `[start, end)` for replication: at most [`READ_ENTRIES_MAX`] and
+    /// about [`READ_BYTES_MAX`] bytes, one at least.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let pairs = self
+            .engine
+            .view()
+            .scan_bounded(
+                &keys::log_entry(start),
+                &keys::log_entry(end),
                 READ_ENTRIES_MAX,
+                READ_BYTES_MAX,
             )
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
         pairs.iter().map(|(_, value)| decode_entry(value)).collect()

@@ -26,14 +26,17 @@ mod keys;
 mod log_store;
 mod runtime;
 pub(crate) mod snapshot;
+mod snapshot_data;
 mod state_machine;
 mod types;
 
 pub use backup::{
-    begin_backup, inspect_backup, restore_backup, take_backup, Backup, BackupError, BackupWriter,
+    begin_backup, inspect_backup, restore_backup, restore_backup_from, take_backup, Backup,
+    BackupError, BackupWriter,
 };
 pub use log_store::LogStore;
 pub use runtime::{seed_thread_rng, ChainRuntime};
+pub use snapshot_data::{SnapshotData, SnapshotDir, SnapshotFile};
 pub use state_machine::StateMachine;
 pub use types::{Command, CommandResult, Rejection, TypeConfig};
 

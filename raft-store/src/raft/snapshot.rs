@@ -366,6 +366,7 @@ pub(crate) fn encode(store_format: u32, pairs: &[KeyValue]) -> Result<Vec<u8>, S
 }
 
 /// Every pair of a whole file, after every check (the trailer's included) has passed.
+#[cfg(test)]
 pub(crate) fn decode(bytes: &[u8]) -> Result<(Summary, Vec<KeyValue>), StorageError> {
     let mut reader = Reader::new(bytes)?;
     let mut pairs = Vec::new();

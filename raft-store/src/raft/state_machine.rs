@@ -1,6 +1,7 @@
 //! The Raft state machine: the chain store, applied one entry per atomic batch.
 
-use std::io::Cursor;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::RaftStateMachine;
@@ -9,9 +10,10 @@ use openraft::{
     SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
 
-use super::backup::decode_checked;
+use super::backup::{install_from, meta_pairs};
 use super::keys;
 use super::snapshot;
+use super::snapshot_data::{SnapshotData, SnapshotDir};
 use super::types::{Command, CommandResult, Rejection, TypeConfig};
 use super::NodeId;
 use crate::chain::{ApplyError, ChainStore, FORMAT_VERSION};
@@ -27,18 +29,25 @@ fn snapshot_error(verb: ErrorVerb, err: impl std::error::Error + 'static) -> Sto
     StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&err)).into()
 }
 
-/// The last snapshot built or installed, kept in memory. openraft rebuilds one at start-up when
-/// the log has been purged and none is held.
+/// The last snapshot built or installed: its bytes in memory, or the file holding them.
 #[derive(Clone)]
 struct HeldSnapshot {
     meta: SnapshotMeta<NodeId, openraft::BasicNode>,
-    data: Vec<u8>,
+    data: Held,
+}
+
+#[derive(Clone)]
+enum Held {
+    Memory(Vec<u8>),
+    File(PathBuf),
 }
 
 /// The state machine over the chain store. Cheap to clone: the clone is the snapshot builder.
 pub struct StateMachine<E: ?Sized> {
     store: Arc<ChainStore<Arc<E>>>,
     current: Arc<Mutex<Option<HeldSnapshot>>>,
+    /// Where snapshots are kept: `None` keeps them in memory.
+    files: Option<Arc<SnapshotDir>>,
 }
 
 impl<E: ?Sized> Clone for StateMachine<E> {
@@ -46,16 +55,28 @@ impl<E: ?Sized> Clone for StateMachine<E> {
         Self {
             store: Arc::clone(&self.store),
             current: Arc::clone(&self.current),
+            files: self.files.clone(),
         }
     }
 }
 
 impl<E: Engine + ?Sized> StateMachine<E> {
-    /// A state machine over `store`, whose engine the log store shares.
+    /// A state machine over `store`, whose engine the log store shares, keeping its snapshots
+    /// in memory (the simulations and tests).
     pub fn new(store: Arc<ChainStore<Arc<E>>>) -> Self {
         Self {
             store,
             current: Arc::new(Mutex::new(None)),
+            files: None,
+        }
+    }
+
+    /// A state machine that keeps its snapshots in files of `dir` and builds and installs them
+    /// on blocking threads: a node's memory then does not grow with its state.
+    pub fn with_snapshot_dir(store: Arc<ChainStore<Arc<E>>>, dir: SnapshotDir) -> Self {
+        Self {
+            files: Some(Arc::new(dir)),
+            ..Self::new(store)
         }
     }
 
@@ -73,6 +94,23 @@ impl<E: Engine + ?Sized> StateMachine<E> {
         self.current
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes `data` the current snapshot; the file of the one it replaces goes (a reader that
+    /// opened it keeps reading it).
+    fn hold(&self, meta: SnapshotMeta<NodeId, openraft::BasicNode>, data: SnapshotData) {
+        let data = match data {
+            SnapshotData::Memory(cursor) => Held::Memory(cursor.into_inner()),
+            SnapshotData::File(file) => Held::File(file.path().to_path_buf()),
+        };
+        let previous = self.held().replace(HeldSnapshot { meta, data });
+        if let Some(HeldSnapshot {
+            data: Held::File(path),
+            ..
+        }) = previous
+        {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Applies one entry: its effect (if any) and its log id in one batch.
@@ -148,57 +186,100 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     }
 }
 
-/// The ONE batch that replaces the whole state-machine range with a snapshot's pairs: a reader
-/// sees the old state or the new one, never a mixture, and a crash keeps one or the other.
-pub(crate) fn install_batch(
-    meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
-) -> Result<WriteBatch, StorageError<NodeId>> {
-    let mut batch = WriteBatch::new();
-    batch.delete_range(keys::SM_START, keys::SM_END);
-    for (key, value) in pairs {
-        if key.as_slice() >= keys::SM_START && key.as_slice() < keys::SM_END {
-            batch.put(key, value);
-        }
-    }
-    batch.put(keys::APPLIED, to_json(&meta.last_log_id)?);
-    batch.put(keys::MEMBERSHIP, to_json(&meta.last_membership)?);
-    Ok(batch)
-}
-
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeId>> {
     serde_json::to_vec(value).map_err(|e| sm_error(ErrorVerb::Write, e))
 }
 
+/// Writes the state machine as one view sees it into `out`: the pairs, the applied id and the
+/// membership all come from one point in time, read in bounded steps straight into the file
+/// format.
+fn build_into<E: Engine + ?Sized>(
+    engine: &E,
+    mut out: SnapshotData,
+) -> Result<(SnapshotMeta<NodeId, openraft::BasicNode>, SnapshotData), StorageError<NodeId>> {
+    let io = |e: std::io::Error| snapshot_error(ErrorVerb::Write, e);
+    let view = engine.view();
+    let (last_log_id, last_membership) = StateMachine::<E>::applied_in(&*view)?;
+    let buffered = BufWriter::with_capacity(1 << 20, &mut out);
+    let (mut buffered, _) = snapshot::write_view(&*view, FORMAT_VERSION, buffered)
+        .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+    buffered.flush().map_err(io)?;
+    drop(buffered);
+    drop(view);
+    out.seek(SeekFrom::Start(0)).map_err(io)?;
+    let snapshot_id = match &last_log_id {
+        Some(id) => format!(
+            "{}-{}-{}",
+            id.leader_id.term, id.leader_id.node_id, id.index
+        ),
+        None => "empty".to_string(),
+    };
+    let meta = SnapshotMeta {
+        last_log_id,
+        last_membership,
+        snapshot_id,
+    };
+    Ok((meta, out))
+}
+
+/// Runs `work` on a blocking thread when snapshots are files (a node), inline when they are in
+/// memory (the simulations, which must not start threads).
+async fn off_the_workers<T: Send + 'static>(
+    files: bool,
+    work: impl FnOnce() -> Result<T, StorageError<NodeId>> + Send + 'static,
+) -> Result<T, StorageError<NodeId>> {
+    if !files {
+        return work();
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
+}
+
 impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        // One view: the pairs, the applied id and the membership all come from one point in
-        // time; the view is read in bounded steps straight into the file format.
-        let view = self.engine().view();
-        let (last_log_id, last_membership) = Self::applied_in(&*view)?;
-        let (data, _) = snapshot::write_view(&*view, FORMAT_VERSION, Vec::new())
-            .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        drop(view);
-        let snapshot_id = match &last_log_id {
-            Some(id) => format!(
-                "{}-{}-{}",
-                id.leader_id.term, id.leader_id.node_id, id.index
-            ),
-            None => "empty".to_string(),
-        };
-        let meta = SnapshotMeta {
-            last_log_id,
-            last_membership,
-            snapshot_id,
-        };
-        *self.held() = Some(HeldSnapshot {
-            meta: meta.clone(),
-            data: data.clone(),
-        });
+        let engine = Arc::clone(self.engine());
+        let files = self.files.clone();
+        let (meta, data) = off_the_workers(files.is_some(), move || {
+            let out = match &files {
+                Some(dir) => SnapshotData::File(
+                    dir.create("built")
+                        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?,
+                ),
+                None => SnapshotData::memory(Vec::new()),
+            };
+            build_into(&*engine, out)
+        })
+        .await?;
+        let snapshot = self.reopen(&meta, &data)?;
+        self.hold(meta.clone(), data);
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(snapshot),
         })
+    }
+}
+
+impl<E: Engine + ?Sized> StateMachine<E> {
+    /// A second handle on a snapshot's bytes, read from the start.
+    fn reopen(
+        &self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        data: &SnapshotData,
+    ) -> Result<SnapshotData, StorageError<NodeId>> {
+        match data {
+            SnapshotData::Memory(cursor) => Ok(SnapshotData::memory(cursor.get_ref().clone())),
+            SnapshotData::File(file) => SnapshotDir::reopen(file.path())
+                .map(SnapshotData::File)
+                .map_err(|e| {
+                    StorageIOError::new(
+                        ErrorSubject::Snapshot(Some(meta.signature())),
+                        ErrorVerb::Read,
+                        AnyError::new(&e),
+                    )
+                    .into()
+                }),
+        }
     }
 }
 
@@ -228,36 +309,65 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        match &self.files {
+            Some(dir) => dir
+                .create("received")
+                .map(|file| Box::new(SnapshotData::File(file)))
+                .map_err(|e| snapshot_error(ErrorVerb::Write, e)),
+            None => Ok(Box::new(SnapshotData::memory(Vec::new()))),
+        }
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
-        let data = snapshot.into_inner();
         // Verified whole (every checksum, the trailer, the store format) before anything is
-        // written: a damaged snapshot or one of another format leaves the old state in place.
-        let pairs = decode_checked(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        let batch = install_batch(meta, pairs)?;
-        self.engine()
-            .write_durable(batch)
-            .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
-        *self.held() = Some(HeldSnapshot {
-            meta: meta.clone(),
-            data,
-        });
+        // written, then written as ONE replacement of the state machine's range: a damaged
+        // snapshot or one of another format leaves the old state in place, and a reader or a
+        // crash sees the old state or the new one.
+        let engine = Arc::clone(self.engine());
+        let install_meta = meta.clone();
+        let mut data = *snapshot;
+        let data = off_the_workers(self.files.is_some(), move || {
+            let overrides =
+                meta_pairs(&install_meta).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+            match install_from(&*engine, &mut data, overrides) {
+                Ok(_) => Ok(data),
+                Err(err) => {
+                    // A refused file is not kept: a peer sending damaged snapshots must not
+                    // fill the disk.
+                    if let SnapshotData::File(file) = &data {
+                        let _ = std::fs::remove_file(file.path());
+                    }
+                    Err(snapshot_error(ErrorVerb::Write, err))
+                }
+            }
+        })
+        .await?;
+        self.hold(meta.clone(), data);
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        Ok(self.held().clone().map(|held| Snapshot {
-            meta: held.meta,
-            snapshot: Box::new(Cursor::new(held.data)),
+        // Opened under the lock: the file cannot be replaced (and removed) in between.
+        let held = self.held();
+        let Some(current) = held.as_ref() else {
+            return Ok(None);
+        };
+        let data = match &current.data {
+            Held::Memory(bytes) => SnapshotData::memory(bytes.clone()),
+            Held::File(path) => SnapshotDir::reopen(path)
+                .map(SnapshotData::File)
+                .map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
+        };
+        Ok(Some(Snapshot {
+            meta: current.meta.clone(),
+            snapshot: Box::new(data),
         }))
     }
 }

@@ -1,7 +1,5 @@
 //! The Raft type configuration and the application data carried in the log.
 
-use std::io::Cursor;
-
 use serde::{Deserialize, Serialize};
 
 use crate::chain::{Applied, Effect};
@@ -9,14 +7,14 @@ use chainstore_model::{Fork, Head};
 
 openraft::declare_raft_types!(
     /// chainstore's Raft types: u64 node ids with an address, commands carrying resolved effects,
-    /// snapshots held in memory.
+    /// snapshots in memory or in files.
     pub TypeConfig:
         D = Command,
         R = CommandResult,
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = super::snapshot_data::SnapshotData,
         AsyncRuntime = super::runtime::ChainRuntime,
 );
 
