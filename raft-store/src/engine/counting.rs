@@ -71,6 +71,18 @@ impl<E: Engine> CountingEngine<E> {
     pub fn inner(&self) -> &E {
         &self.inner
     }
+
+    /// Counts one scan and the pairs it returned.
+    fn counted(
+        &self,
+        scanned: Result<Vec<KeyValue>, StorageError>,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        let pairs = scanned?;
+        self.scanned_pairs
+            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+        Ok(pairs)
+    }
 }
 
 impl<E: Engine> Engine for CountingEngine<E> {
@@ -86,11 +98,7 @@ impl<E: Engine> Engine for CountingEngine<E> {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        self.scans.fetch_add(1, Ordering::Relaxed);
-        let pairs = self.inner.scan(start, end, order, limit)?;
-        self.scanned_pairs
-            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-        Ok(pairs)
+        self.counted(self.inner.scan(start, end, order, limit))
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -147,12 +155,8 @@ impl<E: Engine> EngineView for CountingView<'_, E> {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        self.counts.scans.fetch_add(1, Ordering::Relaxed);
-        let pairs = self.inner.scan(start, end, order, limit)?;
         self.counts
-            .scanned_pairs
-            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-        Ok(pairs)
+            .counted(self.inner.scan(start, end, order, limit))
     }
 
     fn scan_bounded(
@@ -162,11 +166,7 @@ impl<E: Engine> EngineView for CountingView<'_, E> {
         limit: usize,
         bytes_max: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        self.counts.scans.fetch_add(1, Ordering::Relaxed);
-        let pairs = self.inner.scan_bounded(start, end, limit, bytes_max)?;
         self.counts
-            .scanned_pairs
-            .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-        Ok(pairs)
+            .counted(self.inner.scan_bounded(start, end, limit, bytes_max))
     }
 }

@@ -235,6 +235,15 @@ struct RocksView<'a> {
     snapshot: Snapshot<'a>,
 }
 
+impl RocksView<'_> {
+    /// Reads as of the view's snapshot.
+    fn read_opts(&self) -> ReadOptions {
+        let mut read_opts = ReadOptions::default();
+        read_opts.set_snapshot(&self.snapshot);
+        read_opts
+    }
+}
+
 impl EngineView for RocksView<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         self.snapshot
@@ -251,9 +260,15 @@ impl EngineView for RocksView<'_> {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let mut read_opts = ReadOptions::default();
-        read_opts.set_snapshot(&self.snapshot);
-        scan_with(self.db, read_opts, start, end, order, limit, usize::MAX)
+        scan_with(
+            self.db,
+            self.read_opts(),
+            start,
+            end,
+            order,
+            limit,
+            usize::MAX,
+        )
     }
 
     fn scan_bounded(
@@ -263,11 +278,9 @@ impl EngineView for RocksView<'_> {
         limit: usize,
         bytes_max: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let mut read_opts = ReadOptions::default();
-        read_opts.set_snapshot(&self.snapshot);
         scan_with(
             self.db,
-            read_opts,
+            self.read_opts(),
             start,
             end,
             ScanOrder::Forward,

@@ -109,23 +109,15 @@ pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError
 /// Reads the applied log id a backup file holds, checking that the whole file decodes and that
 /// its format is one this build reads.
 pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
-    verify_checked(data)?
-        .applied
-        .ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
-}
-
-/// What a snapshot or backup file holds, known once the whole file passed its checks.
-#[derive(Debug)]
-pub(crate) struct Verified {
-    /// The applied log id the file records.
-    pub applied: Option<LogId<NodeId>>,
+    verify_checked(data)?.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
 }
 
 /// Reads a whole snapshot or backup file from `input` and checks it, holding one chunk at a
 /// time: every checksum and the trailer, a header naming this build's store format, keys in
 /// strictly ascending order, and a format record among the pairs that agrees with the header.
-/// Every install and restore runs this before it changes anything.
-pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Verified, BackupError> {
+/// Every install and restore runs this before it changes anything. Returns the applied log id
+/// the file records.
+pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Option<LogId<NodeId>>, BackupError> {
     let invalid = |e: StorageError| BackupError::Invalid(e.to_string());
     let mut reader = snapshot::Reader::new(input).map_err(invalid)?;
     if reader.summary().store_format != FORMAT_VERSION {
@@ -155,7 +147,7 @@ pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Verified, BackupError>
     check_copied_format(format_record.as_deref())?;
     let (applied, _) = StateMachine::<dyn Engine>::applied_from(&applied_pairs)
         .map_err(|e| BackupError::Invalid(e.to_string()))?;
-    Ok(Verified { applied })
+    Ok(applied)
 }
 
 /// The pairs an install writes, read lazily from a file that [`verify_checked`] accepted: the
@@ -245,7 +237,7 @@ pub(crate) fn install_from<E, R>(
     engine: &E,
     source: &mut R,
     overrides: Vec<KeyValue>,
-) -> Result<Verified, BackupError>
+) -> Result<(), BackupError>
 where
     E: Engine + ?Sized,
     R: Read + Seek,
@@ -257,14 +249,13 @@ where
             .map_err(|e| BackupError::Storage(format!("reading the snapshot: {e}")))
     };
     rewind(source)?;
-    let verified = verify_checked(BufReader::with_capacity(1 << 20, &mut *source))?;
+    verify_checked(BufReader::with_capacity(1 << 20, &mut *source))?;
     rewind(source)?;
     let mut pairs = InstallPairs::new(BufReader::with_capacity(1 << 20, &mut *source), overrides)
         .map_err(storage)?;
     engine
         .replace_range(keys::SM_START, keys::SM_END, &mut pairs)
-        .map_err(storage)?;
-    Ok(verified)
+        .map_err(storage)
 }
 
 /// The pairs a batch of puts writes (the vote and purge marker a restore records).
@@ -329,7 +320,6 @@ pub async fn restore_backup_from<E: Engine + ?Sized, R: Read + Seek>(
         .seek(SeekFrom::Start(0))
         .map_err(|e| BackupError::Storage(format!("reading the backup: {e}")))?;
     let last_log_id = verify_checked(BufReader::with_capacity(1 << 20, &mut *source))?
-        .applied
         .ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))?;
 
     let store = Arc::new(ChainStore::open(

@@ -335,7 +335,7 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
             let overrides =
                 meta_pairs(&install_meta).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
             match install_from(&*engine, &mut data, overrides) {
-                Ok(_) => Ok(data),
+                Ok(()) => Ok(data),
                 Err(err) => {
                     // A refused file is not kept: a peer sending damaged snapshots must not
                     // fill the disk.
