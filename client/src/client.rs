@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chainstore_model::{
-    AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded, GuardedPage,
-    LogEvent, Replicated,
+    order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
+    GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
 };
 use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
@@ -58,6 +58,33 @@ impl Default for RetryPolicy {
 /// The longest answer a client reads by default (a backup is one answer).
 pub const RESPONSE_BYTES_MAX: usize = 1 << 30;
 
+/// Most events [`Client::populate`] sends in one request; a longer log goes as a session.
+pub const PART_EVENTS_MAX: usize = 10_000;
+/// About the most bytes of events [`Client::populate`] sends in one request (a node takes
+/// bodies of 16 MiB by default).
+pub const PART_BYTES_MAX: usize = 4 << 20;
+
+/// Splits a log into runs of at most `events_max` events and about `bytes_max` bytes of JSON
+/// each (one event at least), in order.
+fn parts_of(events: &[LogEvent], events_max: usize, bytes_max: usize) -> Vec<&[LogEvent]> {
+    let mut parts = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, event) in events.iter().enumerate() {
+        // An event that does not serialize is sent as it is and refused by the node.
+        let size = serde_json::to_vec(event).map_or(0, |v| v.len()) + 1;
+        if i > start && (i - start >= events_max || bytes + size > bytes_max) {
+            parts.push(&events[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < events.len() || events.is_empty() {
+        parts.push(&events[start..]);
+    }
+    parts
+}
+
+
 /// Builds a [`Client`].
 pub struct ClientBuilder {
     urls: Vec<String>,
@@ -67,6 +94,7 @@ pub struct ClientBuilder {
     transport: Option<Arc<dyn Transport>>,
     tls: TlsClientOptions,
     response_bytes_max: usize,
+    part_max: (usize, usize),
 }
 
 impl ClientBuilder {
@@ -74,6 +102,14 @@ impl ClientBuilder {
     /// client certificate presented, if any.
     pub fn tls(mut self, tls: TlsClientOptions) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// The largest populate [`Client::populate`] sends in one request, in events and in bytes
+    /// of JSON (default [`PART_EVENTS_MAX`], [`PART_BYTES_MAX`]); a longer log goes in parts.
+    /// Keep them under the nodes' `populate_events_max` and body limit.
+    pub fn populate_parts(mut self, events_max: usize, bytes_max: usize) -> Self {
+        self.part_max = (events_max.max(1), bytes_max);
         self
     }
 
@@ -149,6 +185,7 @@ impl ClientBuilder {
             transport,
             token: self.token,
             policy: self.policy,
+            part_max: self.part_max,
             state: Mutex::new(State {
                 preferred: 0,
                 node_ids: BTreeMap::new(),
@@ -182,6 +219,7 @@ pub struct Client {
     transport: Arc<dyn Transport>,
     token: Option<String>,
     policy: RetryPolicy,
+    part_max: (usize, usize),
     state: Mutex<State>,
 }
 
@@ -195,6 +233,9 @@ fn error_from(status: StatusCode, body: &Value) -> ClientError {
         },
         (409, "event_conflict") => ClientError::EventConflict(message),
         (409, "forked") => ClientError::Forked(message),
+        (409, "session_conflict") => ClientError::SessionConflict {
+            next_position: body["next_position"].as_u64(),
+        },
         (400, _) => ClientError::InvalidInput(message),
         (413, _) => ClientError::TooLarge(message),
         (401, _) => ClientError::Unauthorized(message),
@@ -220,6 +261,7 @@ impl Client {
             transport: None,
             tls: TlsClientOptions::default(),
             response_bytes_max: RESPONSE_BYTES_MAX,
+            part_max: (PART_EVENTS_MAX, PART_BYTES_MAX),
         }
     }
 
@@ -233,12 +275,24 @@ impl Client {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn backoff(&self, attempt: u32) -> Duration {
+    /// The next number of the client's xorshift64 sequence (seeded per client; see
+    /// [`ClientBuilder::jitter_seed`]).
+    fn next_random(&self) -> u64 {
         let mut state = self.shared();
         state.rng ^= state.rng << 13;
         state.rng ^= state.rng >> 7;
         state.rng ^= state.rng << 17;
-        let unit = (state.rng % 1000) as f64 / 1000.0;
+        state.rng
+    }
+
+    /// A populate session id that no other caller picks (128 bits from the client's sequence).
+    fn new_session_id(&self) -> SessionId {
+        let id = format!("p{:016x}{:016x}", self.next_random(), self.next_random());
+        SessionId::new(id).expect("hex digits are in the id alphabet")
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let unit = (self.next_random() % 1000) as f64 / 1000.0;
         let exp = self
             .policy
             .backoff_base
@@ -422,13 +476,76 @@ impl Client {
         Self::decode(answer)
     }
 
-    /// Builds or extends an execution from the authoritative log (SPEC §4.3).
+    /// Builds or extends an execution from the authoritative log (SPEC §4.3). A log larger than
+    /// one request ([`PART_EVENTS_MAX`] events or about [`PART_BYTES_MAX`] bytes unless
+    /// [`ClientBuilder::populate_parts`] says otherwise) is sent as a populate session, in link order, one part at a time; the outcome is the session's, with
+    /// `appended` counted over every part.
     pub async fn populate(
         &self,
         exec: &ExecutionId,
         events: &[LogEvent],
     ) -> Result<FromLog, ClientError> {
-        let body = json!({ "events": events });
+        let (events_max, bytes_max) = self.part_max;
+        let parts = parts_of(events, events_max, bytes_max);
+        if parts.len() <= 1 {
+            let body = json!({ "events": events });
+            let answer = self
+                .call_ok(
+                    Method::POST,
+                    &format!("/v1/executions/{exec}/populate"),
+                    Some(body),
+                )
+                .await?;
+            return parse_from_log(&answer);
+        }
+        // A log that is not one chain is sent as it came: some part is then not a chain segment
+        // after the parts before it, and the store refuses the log (and revokes its coverage).
+        let ordered: Vec<LogEvent> = match order_by_links(events) {
+            Ok(ordered) => ordered.into_iter().cloned().collect(),
+            Err(_) => events.to_vec(),
+        };
+        let id = self.new_session_id();
+        let total = ordered.len() as u64;
+        let mut position = 0u64;
+        let mut appended_before = 0u64;
+        for part in parts_of(&ordered, events_max, bytes_max) {
+            let session = PopulateSession {
+                id: id.clone(),
+                position,
+                total,
+            };
+            match self.populate_part(exec, &session, part).await? {
+                PartOutcome::Accepted {
+                    next_position,
+                    appended,
+                    ..
+                } => {
+                    position = next_position;
+                    appended_before += appended;
+                }
+                PartOutcome::Finished(FromLog::InSync { total, appended }) => {
+                    return Ok(FromLog::InSync {
+                        total,
+                        appended: appended_before + appended,
+                    })
+                }
+                PartOutcome::Finished(outcome) => return Ok(outcome),
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "populate session {id} sent every part but was answered with no outcome"
+        )))
+    }
+
+    /// Sends one part of a populate session (see [`PopulateSession`]): the events at log
+    /// positions `session.position..` in link order.
+    pub async fn populate_part(
+        &self,
+        exec: &ExecutionId,
+        session: &PopulateSession,
+        events: &[LogEvent],
+    ) -> Result<PartOutcome, ClientError> {
+        let body = json!({ "events": events, "session": session });
         let answer = self
             .call_ok(
                 Method::POST,
@@ -436,7 +553,19 @@ impl Client {
                 Some(body),
             )
             .await?;
-        parse_from_log(&answer)
+        if answer["outcome"].as_str() != Some("part_accepted") {
+            return parse_from_log(&answer).map(PartOutcome::Finished);
+        }
+        let number = |field: &str| {
+            answer[field]
+                .as_u64()
+                .ok_or_else(|| ClientError::Protocol(format!("populate answer lacks {field}")))
+        };
+        Ok(PartOutcome::Accepted {
+            next_position: number("next_position")?,
+            total: number("total")?,
+            appended: number("appended")?,
+        })
     }
 
     /// Stores replicated events in any order (SPEC §4.2).
@@ -652,5 +781,38 @@ impl Client {
             views.push((self.nodes[node].clone(), view, ready));
         }
         views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(n: usize, payload_bytes: usize) -> Vec<LogEvent> {
+        (0..n)
+            .map(|i| LogEvent {
+                event_id: EventId::new(format!("e{i}")).unwrap(),
+                prev_event_id: i.checked_sub(1).map(|p| EventId::new(format!("e{p}")).unwrap()),
+                parent_execution_id: None,
+                payload: json!("x".repeat(payload_bytes)),
+            })
+            .collect()
+    }
+
+    fn lengths(parts: &[&[LogEvent]]) -> Vec<usize> {
+        parts.iter().map(|p| p.len()).collect()
+    }
+
+    #[test]
+    fn a_log_is_split_by_count_and_by_bytes_in_order_and_never_into_empty_parts() {
+        let events = log(10, 100);
+        assert_eq!(lengths(&parts_of(&events, 4, usize::MAX)), [4, 4, 2]);
+        // Each event is about 170 bytes of JSON (100 of payload): two fit in 400, three do not.
+        assert_eq!(lengths(&parts_of(&events, 100, 400)), [2, 2, 2, 2, 2]);
+        // An event larger than the byte bound goes alone.
+        assert_eq!(lengths(&parts_of(&events, 100, 10)), [1; 10]);
+        assert_eq!(lengths(&parts_of(&[], 4, 100)), [0]);
+        let joined: Vec<LogEvent> = parts_of(&events, 3, 250).concat();
+        assert_eq!(joined, events);
     }
 }

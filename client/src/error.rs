@@ -19,6 +19,13 @@ pub enum ClientError {
     /// 409 `forked`: the write would fork a chain.
     #[error("forked: {0}")]
     Forked(String),
+    /// 409 `session_conflict`: a populate part that does not continue the execution's open
+    /// session (another session replaced it, it ended, or the part skips ahead).
+    #[error("populate session conflict: continues at {next_position:?}")]
+    SessionConflict {
+        /// Where the session continues; `None` when the store holds no such session.
+        next_position: Option<u64>,
+    },
     /// 400 `invalid_input`.
     #[error("invalid input: {0}")]
     InvalidInput(String),

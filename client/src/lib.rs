@@ -16,7 +16,9 @@ mod types;
 
 pub use chainstore_model::*;
 pub use chainstore_transport::{KeyPair, TlsClientOptions};
-pub use client::{Client, ClientBuilder, RetryPolicy, RESPONSE_BYTES_MAX};
+pub use client::{
+    Client, ClientBuilder, RetryPolicy, PART_BYTES_MAX, PART_EVENTS_MAX, RESPONSE_BYTES_MAX,
+};
 pub use consumer::{
     BoxFuture, Comparator, Comparison, LogSource, ReconcileError, Reconciler, Verdict,
 };

@@ -371,3 +371,89 @@ async fn the_comparator_reports_coverage_dropping_when_reads_are_refused() {
     let total = comparator.cumulative();
     assert_eq!((total.compared, total.answered), (6, 5));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_larger_than_a_request_body_becomes_authoritative_through_a_populate_session() {
+    // Nodes that take bodies of 1 MiB and 2,000 events per populate.
+    let cluster = InProcCluster::start_tuned(3, |config| {
+        config.limits.body_bytes_max = 1 << 20;
+        config.limits.populate_events_max = 2_000;
+    })
+    .await;
+    let x = exec("long-log");
+    let mut log: Vec<LogEvent> = (0..12_000)
+        .map(|i| LogEvent {
+            event_id: EventId::new(format!("e{i}")).unwrap(),
+            prev_event_id: (i > 0).then(|| EventId::new(format!("e{}", i - 1)).unwrap()),
+            parent_execution_id: None,
+            payload: json!({ "i": i, "pad": "p".repeat(200) }),
+        })
+        .collect();
+
+    // In one body the log is refused and nothing changes.
+    let whole = Client::builder(cluster.urls())
+        .populate_parts(usize::MAX, usize::MAX)
+        .build()
+        .unwrap();
+    assert!(
+        matches!(whole.populate(&x, &log).await, Err(ClientError::TooLarge(_))),
+        "one body of {} events was taken",
+        log.len()
+    );
+
+    // In parts it becomes authoritative, and so does every later extension of it.
+    let client = Client::builder(cluster.urls())
+        .populate_parts(1_500, 512 << 10)
+        .build()
+        .unwrap();
+    assert_eq!(
+        client.populate(&x, &log).await.unwrap(),
+        FromLog::InSync {
+            total: 12_000,
+            appended: 12_000
+        }
+    );
+    let read = client.chain(&x, ReadOptions::default()).await.unwrap();
+    match read.answer {
+        Guarded::Authoritative(events) => {
+            assert_eq!(events.len(), 12_000);
+            assert!(events
+                .iter()
+                .zip(&log)
+                .all(|(stored, logged)| stored.event_id == logged.event_id
+                    && stored.payload == logged.payload));
+        }
+        other => panic!("expected an authoritative answer, got {other:?}"),
+    }
+    for i in 12_000..12_007 {
+        log.push(LogEvent {
+            event_id: EventId::new(format!("e{i}")).unwrap(),
+            prev_event_id: Some(EventId::new(format!("e{}", i - 1)).unwrap()),
+            parent_execution_id: None,
+            payload: json!({ "i": i }),
+        });
+    }
+    // Sent in any order: the client orders the log by its links before splitting it.
+    log.reverse();
+    assert_eq!(
+        client.populate(&x, &log).await.unwrap(),
+        FromLog::InSync {
+            total: 12_007,
+            appended: 7
+        }
+    );
+
+    // A log with a second root, in parts, is refused and the execution is no longer served.
+    log.push(LogEvent {
+        event_id: EventId::new("second-root").unwrap(),
+        prev_event_id: None,
+        parent_execution_id: None,
+        payload: json!({}),
+    });
+    assert!(matches!(
+        client.populate(&x, &log).await.unwrap(),
+        FromLog::Refused { .. }
+    ));
+    let read = client.chain(&x, ReadOptions::default()).await.unwrap();
+    assert!(matches!(read.answer, Guarded::CannotAnswer(_)), "{read:?}");
+}

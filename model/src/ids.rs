@@ -129,6 +129,10 @@ id_type!(
     /// Names one event, unique within its execution.
     EventId
 );
+id_type!(
+    /// Names one populate session: a log sent in several parts (see `PopulateSession`).
+    SessionId
+);
 
 #[cfg(test)]
 mod tests {

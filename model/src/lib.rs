@@ -14,6 +14,6 @@ mod order;
 mod types;
 
 pub use error::StorageError;
-pub use ids::{validate_id, EventId, ExecutionId, InvalidId, ID_BYTES_MAX};
-pub use order::order_by_links;
+pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
+pub use order::{order_by_links, order_segment};
 pub use types::*;

@@ -13,6 +13,19 @@ use crate::types::{LogEvent, Refusal};
 /// Orders `events` into one chain from its root, or says why they are not one chain. The caller
 /// has already rejected duplicate ids and empty logs.
 pub fn order_by_links(events: &[LogEvent]) -> Result<Vec<&LogEvent>, Refusal> {
+    order_segment(events, None)
+}
+
+/// Orders one part of a log sent in parts: `events` continue the chain after `anchor`, the last
+/// event of the parts before (`None` for the first part, which is [`order_by_links`]). The part's
+/// root is the event whose `prev_event_id` is the anchor; in a later part an event with no prev
+/// is a second root, and one whose prev lies in an earlier part rather than at the anchor is
+/// dangling here (a session sends its log in link order). The caller has already rejected
+/// duplicate ids, ids equal to the anchor, and empty parts.
+pub fn order_segment<'a>(
+    events: &'a [LogEvent],
+    anchor: Option<&EventId>,
+) -> Result<Vec<&'a LogEvent>, Refusal> {
     let by_id: BTreeMap<&EventId, &LogEvent> = events.iter().map(|e| (&e.event_id, e)).collect();
     debug_assert_eq!(
         by_id.len(),
@@ -20,19 +33,24 @@ pub fn order_by_links(events: &[LogEvent]) -> Result<Vec<&LogEvent>, Refusal> {
         "duplicate ids are rejected before ordering"
     );
 
-    let mut roots = events.iter().filter(|e| e.prev_event_id.is_none());
-    let root = roots.next();
-    if roots.next().is_some() {
+    let second_root = match anchor {
+        None => events.iter().filter(|e| e.prev_event_id.is_none()).nth(1),
+        Some(_) => events.iter().find(|e| e.prev_event_id.is_none()),
+    };
+    if second_root.is_some() {
         return Err(Refusal::MultipleRoots);
     }
     let dangling = events
         .iter()
         .filter_map(|e| e.prev_event_id.as_ref())
-        .any(|prev| !by_id.contains_key(prev));
+        .any(|prev| !by_id.contains_key(prev) && Some(prev) != anchor);
     if dangling {
         return Err(Refusal::DanglingPrev);
     }
-    let Some(root) = root else {
+    let Some(root) = events
+        .iter()
+        .find(|e| e.prev_event_id.as_ref() == anchor)
+    else {
         return Err(Refusal::NoRoot);
     };
     let mut successor: BTreeMap<&EventId, &LogEvent> = BTreeMap::new();
@@ -126,5 +144,32 @@ mod tests {
         // The first event the log holds points at one it does not hold.
         let log = [ev("c", Some("b")), ev("d", Some("c"))];
         assert_eq!(order_by_links(&log).err(), Some(Refusal::DanglingPrev));
+    }
+
+    #[test]
+    fn a_later_part_continues_from_its_anchor() {
+        let anchor = EventId::new("c").unwrap();
+        let part = [ev("e", Some("d")), ev("d", Some("c"))];
+        assert_eq!(
+            ids(&order_segment(&part, Some(&anchor)).unwrap()),
+            ["d", "e"]
+        );
+        let cases = [
+            (vec![ev("d", Some("c")), ev("x", None)], Refusal::MultipleRoots),
+            (vec![ev("d", Some("c")), ev("e", Some("b"))], Refusal::DanglingPrev),
+            (vec![ev("d", Some("e")), ev("e", Some("d"))], Refusal::NoRoot),
+            (vec![ev("d", Some("c")), ev("e", Some("c"))], Refusal::Fork),
+            (
+                vec![ev("d", Some("c")), ev("e", Some("f")), ev("f", Some("e"))],
+                Refusal::Unreachable,
+            ),
+        ];
+        for (part, reason) in cases {
+            assert_eq!(
+                order_segment(&part, Some(&anchor)).err(),
+                Some(reason),
+                "{part:?}"
+            );
+        }
     }
 }

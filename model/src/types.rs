@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::StorageError;
-use crate::ids::{EventId, ExecutionId};
+use crate::ids::{EventId, ExecutionId, SessionId};
 
 /// One stored event of an execution's chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -394,9 +394,61 @@ pub enum PopulateError {
     /// Applying would fork the chain (a second line of defence).
     #[error("the write would fork the chain: {0:?}")]
     Forked(Fork),
+    /// A part names a session the store is not in, or leaves a gap after the parts it took.
+    /// Nothing was written.
+    #[error("{}", session_conflict_message(*next_position))]
+    SessionConflict {
+        /// Where the session named continues (the position after every part taken), or `None`
+        /// when the store holds no such session for the execution.
+        next_position: Option<u64>,
+    },
     /// The engine failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+fn session_conflict_message(next_position: Option<u64>) -> String {
+    match next_position {
+        Some(next) => format!("the session continues at position {next}"),
+        None => "no such populate session for this execution; start it at position 0".into(),
+    }
+}
+
+/// Names one part of a log sent in several populates (a log longer than one request body).
+///
+/// Parts carry the log in link order: part one holds positions `0..n`, the next continues at
+/// `n`, and so on to `total`. Part one starts the session (replacing any other of the same
+/// execution); every later part must name it and start at or before the position after the
+/// parts taken (re-sending a part is harmless). Coverage is raised with part one and the
+/// watermark is written with the last, so the execution is unservable while a session is open and
+/// stays so if it is abandoned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PopulateSession {
+    /// The session's id, chosen by the caller.
+    pub id: SessionId,
+    /// The log position (from 0, in link order) of this part's first event.
+    pub position: u64,
+    /// How many events the whole log holds.
+    pub total: u64,
+}
+
+/// What one part of a populate session did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartOutcome {
+    /// The part matched the stored chain where they overlap and its missing events were stored;
+    /// the session continues at `next_position`.
+    Accepted {
+        /// The position the next part starts at.
+        next_position: u64,
+        /// The whole log's length, as the session declared it.
+        total: u64,
+        /// Events this part appended.
+        appended: u64,
+    },
+    /// The session ended: with the last part (`in_sync`/`extended` or `stale_log`), or early
+    /// (`diverged` or `refused`, which also end the session).
+    Finished(FromLog),
 }
 
 /// A successful `apply_replicated`.

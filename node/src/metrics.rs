@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use raft_store::raft::{NodeId, Rejection};
-use raft_store::{AppendError, Appended, FromLog, GuardedPage, PopulateError};
+use raft_store::{AppendError, Appended, FromLog, GuardedPage, PartOutcome, PopulateError};
 
 use crate::node::WriteError;
 
@@ -145,6 +145,8 @@ const POPULATE_OUTCOMES: &[&str] = &[
     "stale_log",
     "diverged",
     "refused",
+    "part_accepted",
+    "session_conflict",
     "invalid_input",
     "too_large",
     "not_leader",
@@ -238,6 +240,7 @@ fn write_error_label(err: &WriteError) -> &'static str {
         | WriteError::Populate(PopulateError::TooLarge(_)) => "too_large",
         WriteError::Append(AppendError::HeadMoved)
         | WriteError::Populate(PopulateError::HeadMoved) => "unavailable",
+        WriteError::Populate(PopulateError::SessionConflict { .. }) => "session_conflict",
         _ => "error",
     }
 }
@@ -256,6 +259,15 @@ impl Metrics {
     pub fn record_populate(&self, result: &Result<FromLog, WriteError>) {
         self.populates.inc(match result {
             Ok(outcome) => outcome.label(),
+            Err(err) => write_error_label(err),
+        });
+    }
+
+    /// Counts one populate part's outcome (`part_accepted` until the session ends).
+    pub fn record_populate_part(&self, result: &Result<PartOutcome, WriteError>) {
+        self.populates.inc(match result {
+            Ok(PartOutcome::Accepted { .. }) => "part_accepted",
+            Ok(PartOutcome::Finished(outcome)) => outcome.label(),
             Err(err) => write_error_label(err),
         });
     }

@@ -19,8 +19,8 @@ use raft_store::raft::{
 };
 use raft_store::{
     AppendError, AppendPlan, AppendRequest, Appended, ChainEvent, ChainStore, Effect, Engine,
-    ExecutionId, FromLog, LogEvent, OpenError, PopulateError, ReplicateError, Replicated,
-    StorageError, StoreConfig,
+    ExecutionId, FromLog, LogEvent, OpenError, PartOutcome, PopulateError, PopulateSession,
+    ReplicateError, Replicated, StorageError, StoreConfig,
 };
 
 use crate::config::NodeConfig;
@@ -575,14 +575,40 @@ impl Node {
         let plan = self
             .store
             .evaluate_populate(exec, events)
-            .map_err(|err| match err {
-                PopulateError::Storage(err) => WriteError::Storage(err),
-                other => WriteError::Populate(other),
-            })?;
-        if plan.effects.is_empty() {
+            .map_err(populate_error)?;
+        self.propose_populate(plan.effects).await?;
+        Ok(plan.outcome)
+    }
+
+    /// Takes one part of a populate session: a log longer than one request, sent in parts.
+    pub async fn populate_part(
+        &self,
+        exec: &ExecutionId,
+        session: &PopulateSession,
+        events: &[LogEvent],
+    ) -> Result<PartOutcome, WriteError> {
+        let result = async {
+            let _latch = self.latches.acquire(exec).await;
+            self.ready_leader().await?;
+            let plan = self
+                .store
+                .evaluate_populate_part(exec, session, events)
+                .map_err(populate_error)?;
+            self.propose_populate(plan.effects).await?;
+            Ok(plan.outcome)
+        }
+        .await;
+        self.metrics.record_populate_part(&result);
+        result
+    }
+
+    /// Proposes a populate's effects in order, each one entry; with none, confirms leadership so
+    /// that the answer reflects the committed state.
+    async fn propose_populate(&self, effects: Vec<Effect>) -> Result<(), WriteError> {
+        if effects.is_empty() {
             self.confirm_leader().await?;
         }
-        for effect in plan.effects {
+        for effect in effects {
             match self.propose(effect).await? {
                 (_, CommandResult::Applied(_)) => {}
                 (_, CommandResult::Rejected(rejection)) => {
@@ -595,7 +621,7 @@ impl Node {
                 }
             }
         }
-        Ok(plan.outcome)
+        Ok(())
     }
 
     /// Stores replicated events in any order (SPEC §4.2).
@@ -851,4 +877,11 @@ fn is_shape_error(request: &AppendRequest, err: &AppendError) -> bool {
         || (matches!(err, AppendError::InvalidInput(_))
             && request.genesis
             && request.prev_event_id.is_some())
+}
+
+fn populate_error(err: PopulateError) -> WriteError {
+    match err {
+        PopulateError::Storage(err) => WriteError::Storage(err),
+        other => WriteError::Populate(other),
+    }
 }

@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use raft_store::{
     AppendError, Authority, ChainStore, Completeness, Coverage, CoverageChange, Effect, FromLog,
-    Guarded, HeadCheck, MemEngine, Origin, PopulateError, Reason, Refusal, ReplicateError,
-    StoreConfig, Watermark,
+    Guarded, HeadCheck, MemEngine, Origin, PartOutcome, PopulateError, PopulateSession, Reason,
+    Refusal, ReplicateError, SessionChange, SessionId, StoreConfig, Watermark,
 };
 use serde_json::json;
 
@@ -879,6 +879,7 @@ fn a_watermark_ahead_of_the_content_refuses() {
             through_seq: 4,
         }),
         coverage: CoverageChange::Keep,
+        session: SessionChange::Keep,
     };
     store.apply_effect(&bump, 9).unwrap();
     assert_eq!(
@@ -922,6 +923,7 @@ fn a_chain_whose_length_or_root_disagrees_with_coverage_refuses() {
             total,
             origin: Origin::Log,
         }),
+        session: SessionChange::Keep,
     };
     store.apply_effect(&claim("a", 3), 9).unwrap();
     assert_eq!(
@@ -956,6 +958,7 @@ fn a_chain_with_a_broken_link_refuses() {
             total: 3,
             origin: Origin::Log,
         }),
+        session: SessionChange::Keep,
     };
     store.apply_effect(&cover, 2).unwrap();
     assert_eq!(
@@ -984,6 +987,7 @@ fn a_chain_with_a_hole_refuses_and_names_the_gap() {
             total: 2,
             origin: Origin::Log,
         }),
+        session: SessionChange::Keep,
     };
     store.apply_effect(&cover, 2).unwrap();
     assert_eq!(
@@ -1071,4 +1075,387 @@ fn the_change_feed_is_commit_ordered_and_pages_never_split_a_commit() {
     let empty = store.changes(9, 2).unwrap();
     assert!(empty.changes.is_empty());
     assert_eq!(empty.next, 9);
+}
+
+// ---- 4.3 populate sessions: a log sent in parts ----
+
+fn session(id: &str, position: u64, total: u64) -> PopulateSession {
+    PopulateSession {
+        id: SessionId::new(id).unwrap(),
+        position,
+        total,
+    }
+}
+
+fn part(
+    store: &ChainStore<MemEngine>,
+    e: &str,
+    s: &PopulateSession,
+    events: &[raft_store::LogEvent],
+) -> Result<PartOutcome, PopulateError> {
+    store.populate_part(&exec(e), s, events, 7)
+}
+
+fn ten() -> Vec<raft_store::LogEvent> {
+    linked_log(&["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"])
+}
+
+#[test]
+fn a_log_sent_in_parts_is_unservable_until_its_last_part_then_authoritative() {
+    let (_, store) = mem_store();
+    let log = ten();
+    let accepted = |next_position, appended| PartOutcome::Accepted {
+        next_position,
+        total: 10,
+        appended,
+    };
+    // Within a part the events may come in any order; the parts come in link order.
+    let mut first: Vec<_> = log[..3].to_vec();
+    first.reverse();
+    assert_eq!(
+        part(&store, "x", &session("s", 0, 10), &first),
+        Ok(accepted(3, 3))
+    );
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NotPopulated)
+    );
+    assert_eq!(
+        part(&store, "x", &session("s", 3, 10), &log[3..6]),
+        Ok(accepted(6, 3))
+    );
+    assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+    assert_eq!(
+        part(&store, "x", &session("s", 6, 10), &log[6..]),
+        Ok(PartOutcome::Finished(FromLog::InSync {
+            total: 10,
+            appended: 4
+        }))
+    );
+    assert_eq!(
+        authoritative_ids(&store, "x"),
+        ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+    );
+    // The same log again, whole or in parts, appends nothing and keeps the answer.
+    assert_eq!(
+        populate(&store, "x", &log),
+        FromLog::InSync {
+            total: 10,
+            appended: 0
+        }
+    );
+    assert_eq!(
+        part(&store, "x", &session("t", 0, 10), &log[..5]),
+        Ok(accepted(5, 0))
+    );
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+}
+
+#[test]
+fn a_session_extends_an_authoritative_chain_which_is_refused_until_the_last_part() {
+    let (_, store) = mem_store();
+    let log = ten();
+    populate(&store, "x", &log[..4]);
+    assert_eq!(authoritative_ids(&store, "x").len(), 4);
+    part(&store, "x", &session("s", 0, 10), &log[..5]).unwrap();
+    // Coverage now says 10 while 5 are stored: never served short.
+    assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+    assert_eq!(store.coverage(&exec("x")).unwrap().map(|c| c.total), Some(10));
+    part(&store, "x", &session("s", 5, 10), &log[5..]).unwrap();
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+}
+
+#[test]
+fn a_session_over_a_stored_chain_keeps_it_served_until_a_part_appends() {
+    let (_, store) = mem_store();
+    let mut log = ten();
+    populate(&store, "x", &log);
+    log.extend(linked_log(&["j", "k", "l"]).into_iter().skip(1));
+    for (from, to) in [(0, 4), (4, 8)] {
+        part(&store, "x", &session("s", from, 12), &log[from as usize..to as usize]).unwrap();
+        assert_eq!(authoritative_ids(&store, "x").len(), 10, "after {to}");
+    }
+    part(&store, "x", &session("s", 8, 12), &log[8..11]).unwrap();
+    assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+    part(&store, "x", &session("s", 11, 12), &log[11..]).unwrap();
+    assert_eq!(authoritative_ids(&store, "x").len(), 12);
+}
+
+#[test]
+fn a_part_that_skips_ahead_or_names_no_open_session_is_a_conflict_and_writes_nothing() {
+    let (engine, store) = mem_store();
+    let log = ten();
+    let conflict = |next_position| Err(PopulateError::SessionConflict { next_position });
+    assert_eq!(
+        part(&store, "x", &session("s", 3, 10), &log[3..6]),
+        conflict(None)
+    );
+    part(&store, "x", &session("s", 0, 10), &log[..3]).unwrap();
+    let writes = engine.writes_total();
+    assert_eq!(
+        part(&store, "x", &session("s", 4, 10), &log[4..6]),
+        conflict(Some(3))
+    );
+    assert_eq!(
+        part(&store, "x", &session("other", 3, 10), &log[3..6]),
+        conflict(None)
+    );
+    assert!(matches!(
+        part(&store, "x", &session("s", 3, 12), &log[3..6]),
+        Err(PopulateError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        part(&store, "x", &session("s", 3, 5), &log[3..6]),
+        Err(PopulateError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        part(&store, "x", &session("s", 3, 10), &[]),
+        Err(PopulateError::InvalidInput(_))
+    ));
+    assert_eq!(engine.writes_total(), writes, "a refused part wrote");
+    // Positions the session has not checked stay unchecked even when the store holds events
+    // there (appended by another writer): a part may not start after them.
+    store.append(&exec("x"), &req("d", Some("c")), 8).unwrap();
+    store.append(&exec("x"), &req("e", Some("d")), 9).unwrap();
+    let writes = engine.writes_total();
+    assert_eq!(
+        part(&store, "x", &session("s", 5, 10), &log[5..]),
+        conflict(Some(3))
+    );
+    assert_eq!(engine.writes_total(), writes, "a refused part wrote");
+    // A new session's first part replaces the open one.
+    part(&store, "x", &session("t", 0, 10), &log[..2]).unwrap();
+    assert_eq!(
+        part(&store, "x", &session("s", 3, 10), &log[3..6]),
+        conflict(None)
+    );
+    part(&store, "x", &session("t", 2, 10), &log[2..]).unwrap();
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+}
+
+#[test]
+fn a_part_sent_again_is_answered_again_and_appends_nothing() {
+    let (_, store) = mem_store();
+    let log = ten();
+    part(&store, "x", &session("s", 0, 10), &log[..4]).unwrap();
+    part(&store, "x", &session("s", 4, 10), &log[4..7]).unwrap();
+    // A retry of a part already taken (its answer was lost) and an overlapping part.
+    assert_eq!(
+        part(&store, "x", &session("s", 4, 10), &log[4..7]),
+        Ok(PartOutcome::Accepted {
+            next_position: 7,
+            total: 10,
+            appended: 0
+        })
+    );
+    assert_eq!(
+        part(&store, "x", &session("s", 2, 10), &log[2..8]),
+        Ok(PartOutcome::Accepted {
+            next_position: 8,
+            total: 10,
+            appended: 1
+        })
+    );
+    let done = FromLog::InSync {
+        total: 10,
+        appended: 2,
+    };
+    assert_eq!(
+        part(&store, "x", &session("s", 8, 10), &log[8..]),
+        Ok(PartOutcome::Finished(done))
+    );
+    assert_eq!(
+        part(&store, "x", &session("s", 8, 10), &log[8..]),
+        Ok(PartOutcome::Finished(FromLog::InSync {
+            total: 10,
+            appended: 0
+        }))
+    );
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+}
+
+#[test]
+fn a_part_that_disagrees_with_the_stored_chain_is_diverged_revokes_and_ends_the_session() {
+    let (_, store) = mem_store();
+    let log = ten();
+    populate(&store, "x", &log[..4]);
+    let mut other = ten();
+    other[2].payload = json!({"rewritten": true});
+    part(&store, "x", &session("s", 0, 10), &other[..2]).unwrap();
+    assert_eq!(
+        part(&store, "x", &session("s", 2, 10), &other[2..5]),
+        Ok(PartOutcome::Finished(FromLog::Diverged {
+            at_position: 2,
+            stored: eid("c"),
+            log: eid("c"),
+        }))
+    );
+    assert_eq!(
+        guarded(&store, "x"),
+        Guarded::CannotAnswer(Reason::NoCoverage)
+    );
+    assert_eq!(
+        part(&store, "x", &session("s", 5, 10), &other[5..]),
+        Err(PopulateError::SessionConflict {
+            next_position: None
+        })
+    );
+    // The events stay as evidence.
+    assert_eq!(store.head(&exec("x")).unwrap().map(|h| h.exec_seq), Some(4));
+}
+
+#[test]
+fn a_part_that_is_not_a_chain_segment_after_the_parts_before_is_refused() {
+    let cases = [
+        (
+            vec![log_event("d", Some("c")), log_event("z", None)],
+            Refusal::MultipleRoots,
+        ),
+        (
+            vec![log_event("d", Some("e")), log_event("e", Some("d"))],
+            Refusal::NoRoot,
+        ),
+        (
+            vec![log_event("d", Some("c")), log_event("e", Some("q"))],
+            Refusal::DanglingPrev,
+        ),
+        (
+            vec![log_event("d", Some("c")), log_event("e", Some("c"))],
+            Refusal::Fork,
+        ),
+    ];
+    for (events, reason) in cases {
+        let (_, store) = mem_store();
+        part(&store, "x", &session("s", 0, 10), &ten()[..3]).unwrap();
+        assert_eq!(
+            part(&store, "x", &session("s", 3, 10), &events),
+            Ok(PartOutcome::Finished(FromLog::Refused { reason })),
+            "{events:?}"
+        );
+        assert_eq!(
+            guarded(&store, "x"),
+            Guarded::CannotAnswer(Reason::NotPopulated)
+        );
+        assert_eq!(store.coverage(&exec("x")).unwrap(), None);
+        assert_eq!(
+            part(&store, "x", &session("s", 3, 10), &ten()[3..]),
+            Err(PopulateError::SessionConflict {
+                next_position: None
+            })
+        );
+    }
+    // An id the log already holds at an earlier position.
+    let (_, store) = mem_store();
+    part(&store, "x", &session("s", 0, 10), &ten()[..3]).unwrap();
+    assert!(matches!(
+        part(
+            &store,
+            "x",
+            &session("s", 3, 10),
+            &[log_event("c", Some("c"))]
+        ),
+        Err(PopulateError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        part(
+            &store,
+            "x",
+            &session("s", 3, 10),
+            &[log_event("a", Some("c"))]
+        ),
+        Err(PopulateError::Forked(_))
+    ));
+}
+
+#[test]
+fn a_store_longer_than_the_sessions_log_answers_stale_log_at_the_last_part_and_stays_served() {
+    let (engine, store) = mem_store();
+    populate(&store, "x", &ten());
+    let writes = engine.writes_total();
+    let log = &ten()[..6];
+    part(&store, "x", &session("s", 0, 6), &log[..3]).unwrap();
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+    assert_eq!(
+        part(&store, "x", &session("s", 3, 6), &log[3..]),
+        Ok(PartOutcome::Finished(FromLog::StaleLog {
+            stored_len: 10,
+            log_len: 6
+        }))
+    );
+    assert_eq!(authoritative_ids(&store, "x").len(), 10);
+    // Only the session's own record was written.
+    assert_eq!(engine.writes_total(), writes + 2);
+}
+
+#[test]
+fn an_append_between_parts_is_checked_by_the_part_that_covers_it() {
+    let log = ten();
+    for same in [true, false] {
+        let (_, store) = mem_store();
+        part(&store, "x", &session("s", 0, 10), &log[..3]).unwrap();
+        let mut appended = req("d", Some("c"));
+        if !same {
+            appended.payload = json!("not the log's");
+        }
+        store.append(&exec("x"), &appended, 8).unwrap();
+        let answer = part(&store, "x", &session("s", 3, 10), &log[3..6]).unwrap();
+        if same {
+            assert_eq!(
+                answer,
+                PartOutcome::Accepted {
+                    next_position: 6,
+                    total: 10,
+                    appended: 2
+                }
+            );
+            part(&store, "x", &session("s", 6, 10), &log[6..]).unwrap();
+            assert_eq!(authoritative_ids(&store, "x").len(), 10);
+        } else {
+            assert_eq!(
+                answer,
+                PartOutcome::Finished(FromLog::Diverged {
+                    at_position: 3,
+                    stored: eid("d"),
+                    log: eid("d")
+                })
+            );
+            assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+        }
+    }
+}
+
+#[test]
+fn a_failure_at_any_write_of_a_session_never_serves_a_short_chain_and_a_new_session_completes() {
+    let config = StoreConfig {
+        populate_batch_events_max: 2,
+        ..StoreConfig::default()
+    };
+    let log = ten();
+    let parts = [(0usize, 4usize), (4, 7), (7, 10)];
+    for fail_after in 0..12 {
+        let (engine, store) = mem_store_with(config.clone());
+        populate(&store, "x", &log[..2]);
+        engine.fail_write_after(fail_after);
+        let mut failed = false;
+        for (from, to) in parts {
+            let s = session("s", from as u64, 10);
+            if part(&store, "x", &s, &log[from..to]).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        engine.clear_faults();
+        match guarded(&store, "x") {
+            Guarded::Authoritative(events) => assert!(
+                events.len() == 10 || (failed && events.len() == 2),
+                "failure after {fail_after} writes served {} events",
+                events.len()
+            ),
+            Guarded::CannotAnswer(_) => assert!(failed, "no failure, yet not served"),
+        }
+        for (from, to) in parts {
+            part(&store, "x", &session("again", from as u64, 10), &log[from..to]).unwrap();
+        }
+        assert_eq!(authoritative_ids(&store, "x").len(), 10, "after {fail_after}");
+    }
 }

@@ -38,6 +38,13 @@ pub enum ApiError {
     },
     /// 409: the write would fork a chain.
     Forked(String),
+    /// 409: a populate part that does not continue the execution's open session.
+    SessionConflict {
+        /// Where the session continues; `None` when there is no such session.
+        next_position: Option<u64>,
+        /// What happened.
+        message: String,
+    },
     /// 409: a peer's request that does not apply to this node's state (a hand-off request from
     /// a node it does not follow, in another term).
     Refused(String),
@@ -98,6 +105,13 @@ impl ApiError {
                 )
             }
             ApiError::Forked(m) => (StatusCode::CONFLICT, "forked", m.clone()),
+            ApiError::SessionConflict {
+                next_position,
+                message,
+            } => {
+                fields.insert("next_position".into(), json!(next_position));
+                (StatusCode::CONFLICT, "session_conflict", message.clone())
+            }
             ApiError::Refused(m) => (StatusCode::CONFLICT, "refused", m.clone()),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
             ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
@@ -196,6 +210,12 @@ impl From<WriteError> for ApiError {
                 }
                 PopulateError::Forked(fork) => {
                     ApiError::Forked(format!("the populate would fork the chain: {fork:?}"))
+                }
+                err @ PopulateError::SessionConflict { next_position } => {
+                    ApiError::SessionConflict {
+                        next_position,
+                        message: err.to_string(),
+                    }
                 }
                 PopulateError::Storage(err) => err.into(),
             },

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use raft_store::{
     AppendRequest, ChainEvent, ExecutionId, FromLog, GuardedPage, LogEvent, PageBounds,
+    PartOutcome, PopulateSession,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -189,6 +190,9 @@ pub async fn append(
 #[serde(deny_unknown_fields)]
 struct PopulateBody {
     events: Vec<LogEvent>,
+    /// Present when the body is one part of a longer log.
+    #[serde(default)]
+    session: Option<PopulateSession>,
 }
 
 /// The wire form of a populate outcome (`extended` when an in-sync populate appended).
@@ -227,8 +231,23 @@ pub async fn populate(
         headers,
         body,
         |node, exec, request: PopulateBody| async move {
-            let outcome = node.populate(&exec, &request.events).await?;
-            Ok(Json(from_log_json(&outcome)).into_response())
+            let body = match &request.session {
+                None => from_log_json(&node.populate(&exec, &request.events).await?),
+                Some(session) => match node.populate_part(&exec, session, &request.events).await? {
+                    PartOutcome::Accepted {
+                        next_position,
+                        total,
+                        appended,
+                    } => json!({
+                        "outcome": "part_accepted",
+                        "next_position": next_position,
+                        "total": total,
+                        "appended": appended,
+                    }),
+                    PartOutcome::Finished(outcome) => from_log_json(&outcome),
+                },
+            };
+            Ok(Json(body).into_response())
         },
     )
     .await

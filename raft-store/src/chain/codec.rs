@@ -10,11 +10,16 @@
 //!            id = len u8 ++ bytes; opt_id = len u8 (0 = none) ++ bytes
 //! ```
 //! The execution id and the sequence are in the key and are not repeated in the value.
+//!
+//! ```text
+//! session:   total u64 BE ++ next_position u64 BE ++ id(session) ++ id(root) ++ id(tail)
+//! ```
 
 use serde_json::Value;
 
 use crate::engine::StorageError;
-use chainstore_model::{validate_id, EventId, ExecutionId};
+use crate::chain::effect::SessionRecord;
+use chainstore_model::{validate_id, EventId, ExecutionId, SessionId};
 use chainstore_model::{ChainEvent, Coverage, Head, Origin, Watermark};
 
 const EVENT_RECORD_VERSION: u8 = 1;
@@ -275,6 +280,42 @@ pub(crate) fn encode_seq(seq: u64) -> Vec<u8> {
     seq.to_be_bytes().to_vec()
 }
 
+pub(crate) fn encode_session(record: &SessionRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 3 * 129);
+    out.extend_from_slice(&record.total.to_be_bytes());
+    out.extend_from_slice(&record.next_position.to_be_bytes());
+    push_opt_id(&mut out, Some(record.id.as_bytes()));
+    push_opt_id(&mut out, Some(record.root.as_bytes()));
+    push_opt_id(&mut out, Some(record.tail.as_bytes()));
+    out
+}
+
+pub(crate) fn decode_session(bytes: &[u8]) -> Result<SessionRecord, StorageError> {
+    let mut r = Reader {
+        bytes,
+        what: "populate session",
+    };
+    let total = r.u64()?;
+    let next_position = r.u64()?;
+    let id = SessionId::from_bytes(r.id()?)
+        .map_err(|e| StorageError::Corrupted(format!("bad session id: {e}")))?;
+    let root = event_id(r.id()?)?;
+    let tail = event_id(r.id()?)?;
+    r.finish()?;
+    if next_position == 0 || next_position > total {
+        return Err(corrupted(
+            "populate session position outside 1..=total",
+        ));
+    }
+    Ok(SessionRecord {
+        id,
+        total,
+        next_position,
+        root,
+        tail,
+    })
+}
+
 pub(crate) fn decode_seq(bytes: &[u8]) -> Result<u64, StorageError> {
     let mut r = Reader {
         bytes,
@@ -378,5 +419,31 @@ mod tests {
         assert!(decode_coverage(b"q\0\0\0\0\0\0\0\0").is_err());
         assert!(decode_seq(&[0; 8]).is_err());
         assert!(decode_format(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn a_session_record_round_trips_and_every_cut_is_corrupted() {
+        let record = SessionRecord {
+            id: SessionId::new("s-1").unwrap(),
+            total: 9,
+            next_position: 4,
+            root: EventId::new("e1").unwrap(),
+            tail: EventId::new("e4").unwrap(),
+        };
+        let bytes = encode_session(&record);
+        assert_eq!(decode_session(&bytes).unwrap(), record);
+        for cut in 0..bytes.len() {
+            assert!(decode_session(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_session(&longer).is_err());
+        for next_position in [0, 10] {
+            let bad = encode_session(&SessionRecord {
+                next_position,
+                ..record.clone()
+            });
+            assert!(decode_session(&bad).is_err(), "next {next_position}");
+        }
     }
 }

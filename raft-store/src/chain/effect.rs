@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::StorageError;
-use chainstore_model::ExecutionId;
 use chainstore_model::{ChainEvent, Coverage, Fork, Head, Watermark};
+use chainstore_model::{EventId, ExecutionId, SessionId};
 
 /// A precondition on the head, checked when the effect is applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +36,36 @@ pub enum CoverageChange {
     Raise(Coverage),
 }
 
+/// How far a populate session has checked the log against the stored chain (the `p<exec>`
+/// record). Positions before `next_position` were compared with the stored chain, or stored, by
+/// this session's parts; a stored event never changes, so they stay checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session's id.
+    pub id: SessionId,
+    /// The whole log's length, as part one declared it.
+    pub total: u64,
+    /// The position after every part taken (at least 1, at most `total`).
+    pub next_position: u64,
+    /// The log's first event.
+    pub root: EventId,
+    /// The log's event at `next_position - 1`: the next part's anchor.
+    pub tail: EventId,
+}
+
+/// What an effect does to the execution's populate session record.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionChange {
+    /// Leave it as it is.
+    #[default]
+    Keep,
+    /// Write it (a part was taken).
+    Set(SessionRecord),
+    /// Remove it (the session was refused or diverged).
+    Clear,
+}
+
 /// One resolved write to one execution, applied as one atomic batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Effect {
@@ -50,6 +80,9 @@ pub struct Effect {
     pub watermark: Option<Watermark>,
     /// The coverage change.
     pub coverage: CoverageChange,
+    /// The populate-session change (absent in entries written before sessions existed).
+    #[serde(default)]
+    pub session: SessionChange,
 }
 
 /// What applying an effect did.

@@ -7,6 +7,7 @@
 //! c<exec>/v                            -> coverage: origin u8 ++ total u64 BE ++ root id ("" = none)
 //! c<exec>/w                            -> watermark: first_seq u64 BE ++ through_seq u64 BE
 //! i<exec>/<event_id>                   -> exec_seq u64 BE (the id index)
+//! p<exec>                              -> the execution's populate session (see `codec`)
 //! x<commit_index u64 BE><exec>/<exec_seq u64 BE> -> event_id (the change feed)
 //! ```
 //!
@@ -26,6 +27,7 @@ pub(crate) const FORMAT: &[u8] = b"m/format";
 const PARTITION: u8 = b'c';
 const ID_INDEX: u8 = b'i';
 const FEED: u8 = b'x';
+const SESSION: u8 = b'p';
 
 const HEAD: u8 = b'h';
 const EVENT: u8 = b's';
@@ -84,6 +86,15 @@ pub(crate) fn id_index(exec: &ExecutionId, event_id: &EventId) -> Vec<u8> {
     key.extend_from_slice(exec.as_bytes());
     key.push(b'/');
     key.extend_from_slice(event_id.as_bytes());
+    key
+}
+
+/// `p<exec>`: the execution's populate session. It lives outside the partition prefix: it says
+/// how far a session has checked the log, never what the chain is, and no read looks at it.
+pub(crate) fn session(exec: &ExecutionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(exec.as_bytes().len() + 1);
+    key.push(SESSION);
+    key.extend_from_slice(exec.as_bytes());
     key
 }
 
@@ -169,6 +180,7 @@ mod tests {
             );
         }
         assert!(head(&exec("a")) >= start && head(&exec("a")) < end);
+        assert!(!(session(&exec("a")) >= start && session(&exec("a")) < end));
     }
 
     #[test]

@@ -13,8 +13,10 @@ mod read;
 mod store;
 mod write;
 
-pub use effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
+pub use effect::{
+    Applied, ApplyError, CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord,
+};
 pub use read::{ChangePage, PageBounds, CHANGES_PAGE_MAX};
 pub(crate) use store::check_copied_format;
 pub use store::{ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
-pub use write::{AppendPlan, PopulatePlan};
+pub use write::{AppendPlan, PartPlan, PopulatePlan};

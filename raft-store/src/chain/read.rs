@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::chain::codec;
+use crate::chain::effect::SessionRecord;
 use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
 use crate::engine::{Engine, ScanOrder, StorageError};
@@ -121,6 +122,16 @@ impl<E: Engine> ChainStore<E> {
         self.engine
             .get(&keys::event(exec, exec_seq))?
             .map(|v| codec::decode_event(exec, exec_seq, &v))
+            .transpose()
+    }
+
+    pub(crate) fn read_session(
+        &self,
+        exec: &ExecutionId,
+    ) -> Result<Option<SessionRecord>, StorageError> {
+        self.engine
+            .get(&keys::session(exec))?
+            .map(|v| codec::decode_session(&v))
             .transpose()
     }
 

@@ -12,8 +12,8 @@ use crate::chain::write::AppendPlan;
 use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
 use chainstore_model::ExecutionId;
 use chainstore_model::{
-    AppendError, AppendRequest, Appended, ChainEvent, FromLog, LogEvent, PopulateError,
-    ReplicateError, Replicated,
+    AppendError, AppendRequest, Appended, ChainEvent, FromLog, LogEvent, PartOutcome,
+    PopulateError, PopulateSession, ReplicateError, Replicated,
 };
 
 /// The on-disk format this build reads and writes.
@@ -199,7 +199,27 @@ impl<E: Engine> ChainStore<E> {
     ) -> Result<FromLog, PopulateError> {
         let _guard = self.lock_writer();
         let plan = self.evaluate_populate(exec, events)?;
-        for effect in &plan.effects {
+        self.write_populate(&plan.effects, commit_index)?;
+        Ok(plan.outcome)
+    }
+
+    /// Takes one part of a populate session (see [`PopulateSession`]): a log of any length
+    /// becomes authoritative when its last part is taken.
+    pub fn populate_part(
+        &self,
+        exec: &ExecutionId,
+        session: &PopulateSession,
+        events: &[LogEvent],
+        commit_index: u64,
+    ) -> Result<PartOutcome, PopulateError> {
+        let _guard = self.lock_writer();
+        let plan = self.evaluate_populate_part(exec, session, events)?;
+        self.write_populate(&plan.effects, commit_index)?;
+        Ok(plan.outcome)
+    }
+
+    fn write_populate(&self, effects: &[Effect], commit_index: u64) -> Result<(), PopulateError> {
+        for effect in effects {
             self.write_effect(effect, commit_index)
                 .map_err(|err| match err {
                     ApplyError::Forked(fork) => PopulateError::Forked(fork),
@@ -208,7 +228,7 @@ impl<E: Engine> ChainStore<E> {
                     ApplyError::Storage(err) => PopulateError::Storage(err),
                 })?;
         }
-        Ok(plan.outcome)
+        Ok(())
     }
 
     /// Applies one effect as one atomic batch (durable when `sync_writes` is set).

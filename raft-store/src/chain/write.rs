@@ -3,13 +3,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::chain::codec;
-use crate::chain::effect::{Applied, ApplyError, CoverageChange, Effect, HeadCheck};
-use crate::chain::keys;
+use crate::chain::effect::{
+    Applied, ApplyError, CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord,
+};
+use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
 use crate::engine::{Engine, StorageError, WriteBatch};
 use chainstore_model::{
-    order_by_links, AppendError, AppendRequest, Appended, ChainEvent, Coverage, Fork, FromLog,
-    Head, LogEvent, Origin, PopulateError, ReplicateError, Watermark,
+    order_by_links, order_segment, AppendError, AppendRequest, Appended, ChainEvent, Coverage,
+    Fork, FromLog, Head, LogEvent, Origin, PartOutcome, PopulateError, PopulateSession,
+    ReplicateError, Watermark,
 };
 use chainstore_model::{EventId, ExecutionId};
 
@@ -28,6 +31,15 @@ pub enum AppendPlan {
 pub struct PopulatePlan {
     /// The outcome, already decided.
     pub outcome: FromLog,
+    /// Effects to apply in order; empty when nothing changes.
+    pub effects: Vec<Effect>,
+}
+
+/// What the evaluation of one part of a populate session decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartPlan {
+    /// The outcome, already decided.
+    pub outcome: PartOutcome,
     /// Effects to apply in order; empty when nothing changes.
     pub effects: Vec<Effect>,
 }
@@ -120,6 +132,7 @@ impl<E: Engine> ChainStore<E> {
                 through_seq: exec_seq,
             }),
             coverage,
+            session: SessionChange::Keep,
         }))
     }
 
@@ -197,6 +210,7 @@ impl<E: Engine> ChainStore<E> {
                 through_seq,
             }),
             coverage: CoverageChange::Keep,
+            session: SessionChange::Keep,
         }))
     }
 
@@ -207,24 +221,7 @@ impl<E: Engine> ChainStore<E> {
         exec: &ExecutionId,
         log: &[LogEvent],
     ) -> Result<PopulatePlan, PopulateError> {
-        if log.len() > self.config.populate_events_max {
-            return Err(PopulateError::TooLarge(format!(
-                "{} events in one populate, the limit is {}",
-                log.len(),
-                self.config.populate_events_max
-            )));
-        }
-        let mut seen = BTreeSet::new();
-        for event in log {
-            self.checked_payload(&event.payload)
-                .map_err(PopulateError::TooLarge)?;
-            if !seen.insert(&event.event_id) {
-                return Err(PopulateError::InvalidInput(format!(
-                    "event {} appears twice in the log",
-                    event.event_id
-                )));
-            }
-        }
+        self.check_log_events(log)?;
 
         let part = self.read_partition(exec)?;
         let stored_len = part.head.as_ref().map_or(0, |h| h.exec_seq);
@@ -237,6 +234,7 @@ impl<E: Engine> ChainStore<E> {
                     events: Vec::new(),
                     watermark: None,
                     coverage: CoverageChange::Drop,
+                    session: SessionChange::Keep,
                 }],
                 None => Vec::new(),
             },
@@ -263,6 +261,7 @@ impl<E: Engine> ChainStore<E> {
                 events: Vec::new(),
                 watermark: Some(Watermark::EMPTY),
                 coverage: CoverageChange::Raise(coverage.clone()),
+                session: SessionChange::Keep,
             };
             let unchanged = part.watermark == Some(Watermark::EMPTY)
                 && part.coverage.as_ref() == Some(&coverage);
@@ -288,11 +287,7 @@ impl<E: Engine> ChainStore<E> {
             let Some(logged) = usize::try_from(position).ok().and_then(|p| ordered.get(p)) else {
                 continue;
             };
-            let same = stored.event_id == logged.event_id
-                && stored.prev_event_id == logged.prev_event_id
-                && stored.parent_execution_id == logged.parent_execution_id
-                && stored.payload == logged.payload;
-            if !same {
+            if !same_as_logged(stored, logged) {
                 return Ok(revoke(FromLog::Diverged {
                     at_position: position,
                     stored: stored.event_id.clone(),
@@ -340,33 +335,80 @@ impl<E: Engine> ChainStore<E> {
             appended: missing.len() as u64,
         };
 
-        if missing.is_empty() {
-            let unchanged = part.coverage.as_ref() == Some(&coverage)
-                && Some(watermark.widen(part.watermark)) == part.watermark;
-            let effects = if unchanged {
-                Vec::new()
-            } else {
-                vec![Effect {
-                    execution_id: exec.clone(),
-                    head_check: HeadCheck::Expect(part.head.clone()),
-                    events: Vec::new(),
-                    watermark: Some(watermark),
-                    coverage: CoverageChange::Raise(coverage),
-                }]
-            };
-            return Ok(PopulatePlan { outcome, effects });
-        }
-
-        // Coverage rides with the first batch and the watermark with the last: a crash between
-        // batches leaves either no watermark or one that disagrees with the head, so the
-        // partition is refused until a later populate completes it.
-        let chunks = batches(
+        let unchanged = part.coverage.as_ref() == Some(&coverage)
+            && Some(watermark.widen(part.watermark)) == part.watermark;
+        let effects = self.fill_effects(
+            exec,
+            part.head.clone(),
             &missing,
+            (Some(coverage), Some(watermark)),
+            SessionChange::Keep,
+            unchanged,
+        );
+        Ok(PopulatePlan { outcome, effects })
+    }
+
+    /// Refuses a log (or a session's part) over the count limit, with a payload over the size
+    /// limit, or holding one id twice.
+    fn check_log_events(&self, log: &[LogEvent]) -> Result<(), PopulateError> {
+        if log.len() > self.config.populate_events_max {
+            return Err(PopulateError::TooLarge(format!(
+                "{} events in one populate, the limit is {}",
+                log.len(),
+                self.config.populate_events_max
+            )));
+        }
+        let mut seen = BTreeSet::new();
+        for event in log {
+            self.checked_payload(&event.payload)
+                .map_err(PopulateError::TooLarge)?;
+            if !seen.insert(&event.event_id) {
+                return Err(PopulateError::InvalidInput(format!(
+                    "event {} appears twice in the log",
+                    event.event_id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The effects that store `missing` (ascending sequences) after `head`, in batches bounded
+    /// by count and bytes: the coverage rides with the first batch, the watermark and the session
+    /// change with the last, so a crash between batches leaves either no watermark or one that
+    /// disagrees with the head, and the partition is refused until a later populate completes
+    /// it. With nothing missing, one effect carries the records, or none when `unchanged`.
+    fn fill_effects(
+        &self,
+        exec: &ExecutionId,
+        mut head: Option<Head>,
+        missing: &[ChainEvent],
+        (coverage, watermark): (Option<Coverage>, Option<Watermark>),
+        session: SessionChange,
+        unchanged: bool,
+    ) -> Vec<Effect> {
+        let raise = |coverage: Option<Coverage>| match coverage {
+            Some(coverage) => CoverageChange::Raise(coverage),
+            None => CoverageChange::Keep,
+        };
+        if missing.is_empty() {
+            if unchanged && session == SessionChange::Keep {
+                return Vec::new();
+            }
+            return vec![Effect {
+                execution_id: exec.clone(),
+                head_check: HeadCheck::Expect(head),
+                events: Vec::new(),
+                watermark,
+                coverage: raise(coverage),
+                session,
+            }];
+        }
+        let chunks = batches(
+            missing,
             self.config.populate_batch_events_max,
             self.config.populate_batch_bytes_max,
         );
         let chunk_count = chunks.len();
-        let mut head = part.head.clone();
         let mut effects = Vec::with_capacity(chunk_count);
         for (i, chunk) in chunks.into_iter().enumerate() {
             let head_check = HeadCheck::Expect(head.clone());
@@ -378,19 +420,287 @@ impl<E: Engine> ChainStore<E> {
                     });
                 }
             }
+            let last = i + 1 == chunk_count;
             effects.push(Effect {
                 execution_id: exec.clone(),
                 head_check,
                 events: chunk.to_vec(),
-                watermark: (i + 1 == chunk_count).then_some(watermark),
+                watermark: if last { watermark } else { None },
                 coverage: if i == 0 {
-                    CoverageChange::Raise(coverage.clone())
+                    raise(coverage.clone())
                 } else {
                     CoverageChange::Keep
                 },
+                session: if last {
+                    session.clone()
+                } else {
+                    SessionChange::Keep
+                },
             });
         }
-        Ok(PopulatePlan { outcome, effects })
+        effects
+    }
+
+    /// Evaluates one part of a populate session ([`PopulateSession`]): checks the part against
+    /// the session's record and against the stored chain over the part's own positions, and
+    /// resolves the outcome and its effects. Reads O(part), whatever the chain's length.
+    ///
+    /// The rules are SPEC §4.3's, spread over the parts: each part compares the positions it
+    /// covers with the stored chain and stores the missing ones, raising the coverage to the
+    /// declared total with its first batch; the last part raises it again and writes the
+    /// watermark. A part that is not one chain segment after the anchor is `refused`,
+    /// one that disagrees with the stored chain is `diverged`: both revoke the coverage and end
+    /// the session. When the store holds more than the declared total, parts write nothing and
+    /// the last answers `stale_log`.
+    pub fn evaluate_populate_part(
+        &self,
+        exec: &ExecutionId,
+        session: &PopulateSession,
+        log: &[LogEvent],
+    ) -> Result<PartPlan, PopulateError> {
+        self.check_log_events(log)?;
+        if log.is_empty() {
+            return Err(PopulateError::InvalidInput(
+                "a session part holds at least one event (an empty log is a plain populate)"
+                    .into(),
+            ));
+        }
+        let end = session
+            .position
+            .checked_add(log.len() as u64)
+            .filter(|end| *end <= session.total)
+            .ok_or_else(|| {
+                PopulateError::InvalidInput(format!(
+                    "a part of {} events at position {} runs past the session's total of {}",
+                    log.len(),
+                    session.position,
+                    session.total
+                ))
+            })?;
+        let record = self.read_session(exec)?;
+        let taken = match &record {
+            Some(r) if r.id == session.id && session.position > 0 => Some(r),
+            _ if session.position > 0 => {
+                return Err(PopulateError::SessionConflict {
+                    next_position: None,
+                })
+            }
+            _ => None,
+        };
+        let anchor = match taken {
+            None => None,
+            Some(r) if r.total != session.total => {
+                return Err(PopulateError::InvalidInput(format!(
+                    "session {} declared a log of {} events, this part says {}",
+                    r.id, r.total, session.total
+                )))
+            }
+            Some(r) if session.position > r.next_position => {
+                return Err(PopulateError::SessionConflict {
+                    next_position: Some(r.next_position),
+                })
+            }
+            Some(r) if session.position == r.next_position => Some(r.tail.clone()),
+            // A part sent again: its anchor is the stored event before it, which an earlier
+            // part of this session checked.
+            Some(r) => match self.read_event_at(exec, session.position)? {
+                Some(event) => Some(event.event_id),
+                None => {
+                    return Err(PopulateError::SessionConflict {
+                        next_position: Some(r.next_position),
+                    })
+                }
+            },
+        };
+        if let Some(anchor) = &anchor {
+            if log.iter().any(|e| e.event_id == *anchor) {
+                return Err(PopulateError::InvalidInput(format!(
+                    "event {anchor} appears twice in the log"
+                )));
+            }
+        }
+
+        let head = self.read_head(exec)?;
+        let existing = self.read_coverage(exec)?;
+        let finished = |outcome: FromLog, effects: Vec<Effect>| PartPlan {
+            outcome: PartOutcome::Finished(outcome),
+            effects,
+        };
+        let revoke = |outcome: FromLog| {
+            let effect = Effect {
+                execution_id: exec.clone(),
+                head_check: HeadCheck::Expect(head.clone()),
+                events: Vec::new(),
+                watermark: None,
+                coverage: match existing {
+                    Some(_) => CoverageChange::Drop,
+                    None => CoverageChange::Keep,
+                },
+                session: match record {
+                    Some(_) => SessionChange::Clear,
+                    None => SessionChange::Keep,
+                },
+            };
+            let changes = effect.coverage != CoverageChange::Keep
+                || effect.session != SessionChange::Keep;
+            finished(outcome, if changes { vec![effect] } else { Vec::new() })
+        };
+        let ordered = match order_segment(log, anchor.as_ref()) {
+            Ok(ordered) => ordered,
+            Err(reason) => return Ok(revoke(FromLog::Refused { reason })),
+        };
+
+        // Compare the positions this part covers, one stored event at a time.
+        let first_seq = session.position + 1;
+        let mut stored_seqs = BTreeSet::new();
+        let mut diverged = None;
+        let view = self.engine.view();
+        let prefix_len = keys::partition(exec).len();
+        crate::engine::scan_in_steps(
+            &*view,
+            &keys::event(exec, first_seq),
+            &keys::event(exec, end + 1),
+            1_024,
+            |piece| {
+                for (key, value) in piece {
+                    let Some(PartitionKey::Event(seq)) =
+                        keys::parse_partition_key(prefix_len, &key)
+                    else {
+                        return Err(StorageError::Corrupted("malformed event key".into()));
+                    };
+                    let stored = codec::decode_event(exec, seq, &value)?;
+                    let logged = ordered[(seq - first_seq) as usize];
+                    if !same_as_logged(&stored, logged) {
+                        diverged = Some(FromLog::Diverged {
+                            at_position: seq - 1,
+                            stored: stored.event_id,
+                            log: logged.event_id.clone(),
+                        });
+                        return Ok(false);
+                    }
+                    stored_seqs.insert(seq);
+                }
+                Ok(true)
+            },
+        )?;
+        drop(view);
+        if let Some(outcome) = diverged {
+            return Ok(revoke(outcome));
+        }
+
+        let root = match taken {
+            Some(r) => r.root.clone(),
+            None => ordered[0].event_id.clone(),
+        };
+        let next = SessionRecord {
+            id: session.id.clone(),
+            total: session.total,
+            next_position: end.max(taken.map_or(0, |r| r.next_position)),
+            root: root.clone(),
+            tail: match taken {
+                Some(r) if r.next_position > end => r.tail.clone(),
+                _ => ordered[ordered.len() - 1].event_id.clone(),
+            },
+        };
+        let session_change = if record.as_ref() == Some(&next) {
+            SessionChange::Keep
+        } else {
+            SessionChange::Set(next.clone())
+        };
+        let is_last = end == session.total;
+        let accepted = |appended: u64| PartOutcome::Accepted {
+            next_position: next.next_position,
+            total: session.total,
+            appended,
+        };
+
+        let stored_len = head.as_ref().map_or(0, |h| h.exec_seq);
+        if stored_len > session.total {
+            // The store holds more than the whole log: write nothing but the session's progress,
+            // and let the last part say so.
+            let effects = self.fill_effects(exec, head, &[], (None, None), session_change, true);
+            return Ok(match is_last {
+                true => finished(
+                    FromLog::StaleLog {
+                        stored_len,
+                        log_len: session.total,
+                    },
+                    effects,
+                ),
+                false => PartPlan {
+                    outcome: accepted(0),
+                    effects,
+                },
+            });
+        }
+
+        let mut missing = Vec::new();
+        for (logged, exec_seq) in ordered.iter().zip(first_seq..) {
+            if stored_seqs.contains(&exec_seq) {
+                continue;
+            }
+            // Ids are unique in a chain: an id stored elsewhere means the log repeats it (an
+            // earlier position) or the store holds it at a later position than the log does.
+            if let Some(stored_seq) = self.read_id_index(exec, &logged.event_id)? {
+                return Err(PopulateError::Forked(Fork::IdElsewhere {
+                    event_id: logged.event_id.clone(),
+                    stored_seq,
+                    offered_seq: exec_seq,
+                }));
+            }
+            missing.push(ChainEvent {
+                execution_id: exec.clone(),
+                exec_seq,
+                event_id: logged.event_id.clone(),
+                prev_event_id: logged.prev_event_id.clone(),
+                parent_execution_id: logged.parent_execution_id.clone(),
+                payload: logged.payload.clone(),
+                commit_index: 0,
+            });
+        }
+        let appended = missing.len() as u64;
+        // Coverage rides with the first batch that appends (coverage first, SPEC §4.3), so parts
+        // over positions already stored leave a served chain served; and again with the last
+        // part, which completes a check of every position (an append between parts may have
+        // dropped it, and its event was compared since).
+        let coverage = (is_last || !missing.is_empty()).then(|| {
+            Coverage {
+                root_event_id: Some(root),
+                total: session.total,
+                origin: Origin::Log,
+            }
+            .raise(existing.as_ref())
+        });
+        let watermark = is_last.then_some(Watermark {
+            first_seq: 1,
+            through_seq: session.total,
+        });
+        let unchanged = coverage
+            .as_ref()
+            .is_none_or(|c| existing.as_ref() == Some(c))
+            && match watermark {
+                None => true,
+                Some(w) => {
+                    let stored = self.read_watermark(exec)?;
+                    Some(w.widen(stored)) == stored
+                }
+            };
+        let outcome = match (&coverage, is_last) {
+            (Some(c), true) => PartOutcome::Finished(FromLog::InSync {
+                total: c.total,
+                appended,
+            }),
+            _ => accepted(appended),
+        };
+        let effects = self.fill_effects(
+            exec,
+            head,
+            &missing,
+            (coverage, watermark),
+            session_change,
+            unchanged,
+        );
+        Ok(PartPlan { outcome, effects })
     }
 
     /// Turns one effect into one write batch, reading the state it depends on. Writes nothing
@@ -512,8 +822,23 @@ impl<E: Engine> ChainStore<E> {
                 }
             }
         }
+        match &effect.session {
+            SessionChange::Keep => {}
+            SessionChange::Clear => batch.delete(keys::session(exec)),
+            SessionChange::Set(record) => {
+                batch.put(keys::session(exec), codec::encode_session(record))
+            }
+        }
         Ok((batch, applied))
     }
+}
+
+/// Whether a stored event is the log's event at its position (the commit index aside).
+fn same_as_logged(stored: &ChainEvent, logged: &LogEvent) -> bool {
+    stored.event_id == logged.event_id
+        && stored.prev_event_id == logged.prev_event_id
+        && stored.parent_execution_id == logged.parent_execution_id
+        && stored.payload == logged.payload
 }
 
 /// The coverage change of an append without `genesis`. A genesis execution's total grows with
