@@ -206,6 +206,38 @@ async fn populate_reports_every_outcome() {
         "divergence revokes serve-trust"
     );
 
+    // A log in parts: a session.
+    let s = "/v1/executions/s/populate";
+    let part = |ids: &[&str], prev: Option<&str>, position: u64| {
+        let mut body = log(ids);
+        body["events"][0]["prev_event_id"] = json!(prev);
+        body["session"] = json!({ "id": "s1", "position": position, "total": 5 });
+        body
+    };
+    assert_eq!(
+        c.post(l, s, &part(&["a", "b"], None, 0)).await.1,
+        json!({ "outcome": "part_accepted", "next_position": 2, "total": 5, "appended": 2 })
+    );
+    let (_, guarded) = c.get(l, "/v1/executions/s/chain").await;
+    assert_eq!(guarded["answer"], "cannot_answer", "{guarded}");
+    assert_eq!(
+        c.post(l, s, &part(&["d", "e"], Some("c"), 3)).await,
+        (
+            409,
+            json!({
+                "error": "session_conflict",
+                "message": "the session continues at position 2",
+                "next_position": 2
+            })
+        )
+    );
+    assert_eq!(
+        c.post(l, s, &part(&["c", "d", "e"], Some("b"), 2)).await.1,
+        json!({ "outcome": "extended", "total": 5, "appended": 3 })
+    );
+    let (_, guarded) = c.get(l, "/v1/executions/s/chain").await;
+    assert_eq!(guarded["events"].as_array().map(Vec::len), Some(5));
+
     let forked = json!({ "events": [
         { "event_id": "r", "prev_event_id": null, "payload": 1 },
         { "event_id": "s", "prev_event_id": "r", "payload": 2 },
@@ -431,6 +463,11 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
         // A misspelled field is refused, not dropped (here: the append would lose `genesis`).
         ("POST", "/v1/executions/new/events", br#"{"event_id": "a", "payload": 1, "genisis": true}"#.to_vec(), 400, "invalid_input"),
         ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1, "prev": null}]}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "s", "position": 3, "total": 9}}"#.to_vec(), 409, "session_conflict"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "s", "position": 0, "total": 0}}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [], "session": {"id": "s", "position": 0, "total": 4}}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "bad id", "position": 0, "total": 4}}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "s", "position": 0, "total": 4, "extra": 1}}"#.to_vec(), 400, "invalid_input"),
         ("POST", "/v1/executions/%ZZ/events", event("a", None).to_string().into_bytes(), 400, "invalid_input"),
         ("GET", "/v1/executions/%ZZ/chain", Vec::new(), 400, "invalid_input"),
         ("GET", "/v1/executions/ok/events", Vec::new(), 405, "method_not_allowed"),
