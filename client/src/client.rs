@@ -84,7 +84,6 @@ fn parts_of(events: &[LogEvent], events_max: usize, bytes_max: usize) -> Vec<&[L
     parts
 }
 
-
 /// Builds a [`Client`].
 pub struct ClientBuilder {
     urls: Vec<String>,
@@ -792,7 +791,9 @@ mod tests {
         (0..n)
             .map(|i| LogEvent {
                 event_id: EventId::new(format!("e{i}")).unwrap(),
-                prev_event_id: i.checked_sub(1).map(|p| EventId::new(format!("e{p}")).unwrap()),
+                prev_event_id: i
+                    .checked_sub(1)
+                    .map(|p| EventId::new(format!("e{p}")).unwrap()),
                 parent_execution_id: None,
                 payload: json!("x".repeat(payload_bytes)),
             })

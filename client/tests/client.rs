@@ -396,7 +396,10 @@ async fn a_log_larger_than_a_request_body_becomes_authoritative_through_a_popula
         .build()
         .unwrap();
     assert!(
-        matches!(whole.populate(&x, &log).await, Err(ClientError::TooLarge(_))),
+        matches!(
+            whole.populate(&x, &log).await,
+            Err(ClientError::TooLarge(_))
+        ),
         "one body of {} events was taken",
         log.len()
     );

@@ -47,10 +47,7 @@ pub fn order_segment<'a>(
     if dangling {
         return Err(Refusal::DanglingPrev);
     }
-    let Some(root) = events
-        .iter()
-        .find(|e| e.prev_event_id.as_ref() == anchor)
-    else {
+    let Some(root) = events.iter().find(|e| e.prev_event_id.as_ref() == anchor) else {
         return Err(Refusal::NoRoot);
     };
     let mut successor: BTreeMap<&EventId, &LogEvent> = BTreeMap::new();
@@ -155,9 +152,18 @@ mod tests {
             ["d", "e"]
         );
         let cases = [
-            (vec![ev("d", Some("c")), ev("x", None)], Refusal::MultipleRoots),
-            (vec![ev("d", Some("c")), ev("e", Some("b"))], Refusal::DanglingPrev),
-            (vec![ev("d", Some("e")), ev("e", Some("d"))], Refusal::NoRoot),
+            (
+                vec![ev("d", Some("c")), ev("x", None)],
+                Refusal::MultipleRoots,
+            ),
+            (
+                vec![ev("d", Some("c")), ev("e", Some("b"))],
+                Refusal::DanglingPrev,
+            ),
+            (
+                vec![ev("d", Some("e")), ev("e", Some("d"))],
+                Refusal::NoRoot,
+            ),
             (vec![ev("d", Some("c")), ev("e", Some("c"))], Refusal::Fork),
             (
                 vec![ev("d", Some("c")), ev("e", Some("f")), ev("f", Some("e"))],

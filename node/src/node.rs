@@ -18,8 +18,8 @@ use raft_store::raft::{
     Command, CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
 };
 use raft_store::{
-    AppendError, AppendPlan, AppendRequest, Appended, ChainEvent, ChainStore, Effect, Engine,
-    ExecutionId, FromLog, LogEvent, OpenError, PartOutcome, PopulateError, PopulateSession,
+    AppendError, AppendPlan, AppendRequest, Appended, Applied, ChainEvent, ChainStore, Effect,
+    Engine, ExecutionId, FromLog, LogEvent, OpenError, PartOutcome, PopulateError, PopulateSession,
     ReplicateError, Replicated, StorageError, StoreConfig,
 };
 
@@ -175,6 +175,10 @@ impl Node {
             payload_bytes_max: config.limits.payload_bytes_max,
             populate_batch_events_max: config.limits.populate_batch_events_max,
             populate_events_max: config.limits.populate_events_max,
+            // An entry must fit in the append RPC a peer accepts, with room for the envelope.
+            populate_batch_bytes_max: StoreConfig::default()
+                .populate_batch_bytes_max
+                .min(config.limits.raft_body_bytes_max / 4),
             // The Raft log is the durable record; applies are synced before a purge.
             sync_writes: false,
             ..StoreConfig::default()
@@ -576,7 +580,7 @@ impl Node {
             .store
             .evaluate_populate(exec, events)
             .map_err(populate_error)?;
-        self.propose_populate(plan.effects).await?;
+        self.propose_effects(plan.effects).await?;
         Ok(plan.outcome)
     }
 
@@ -594,7 +598,7 @@ impl Node {
                 .store
                 .evaluate_populate_part(exec, session, events)
                 .map_err(populate_error)?;
-            self.propose_populate(plan.effects).await?;
+            self.propose_effects(plan.effects).await?;
             Ok(plan.outcome)
         }
         .await;
@@ -602,15 +606,19 @@ impl Node {
         result
     }
 
-    /// Proposes a populate's effects in order, each one entry; with none, confirms leadership so
-    /// that the answer reflects the committed state.
-    async fn propose_populate(&self, effects: Vec<Effect>) -> Result<(), WriteError> {
+    /// Proposes the effects of one request in order, each one entry, and adds up what they
+    /// applied; with none, confirms leadership so that the answer reflects the committed state.
+    async fn propose_effects(&self, effects: Vec<Effect>) -> Result<Applied, WriteError> {
         if effects.is_empty() {
             self.confirm_leader().await?;
         }
+        let mut total = Applied::default();
         for effect in effects {
             match self.propose(effect).await? {
-                (_, CommandResult::Applied(_)) => {}
+                (_, CommandResult::Applied(applied)) => {
+                    total.applied += applied.applied;
+                    total.duplicates += applied.duplicates;
+                }
                 (_, CommandResult::Rejected(rejection)) => {
                     return Err(WriteError::Rejected(rejection))
                 }
@@ -621,7 +629,7 @@ impl Node {
                 }
             }
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Stores replicated events in any order (SPEC §4.2).
@@ -632,14 +640,8 @@ impl Node {
     ) -> Result<Replicated, WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
-        let effect = match self.store.evaluate_replicated(exec, events) {
-            Ok(Some(effect)) => effect,
-            Ok(None) => {
-                return Ok(Replicated {
-                    applied: 0,
-                    duplicates: 0,
-                })
-            }
+        let effects = match self.store.evaluate_replicated(exec, events) {
+            Ok(effects) => effects,
             Err(ReplicateError::Storage(err)) => return Err(WriteError::Storage(err)),
             Err(err @ ReplicateError::Forked(_)) => {
                 self.confirm_leader().await?;
@@ -647,16 +649,11 @@ impl Node {
             }
             Err(err) => return Err(WriteError::Replicate(err)),
         };
-        match self.propose(effect).await? {
-            (_, CommandResult::Applied(applied)) => Ok(Replicated {
-                applied: applied.applied,
-                duplicates: applied.duplicates,
-            }),
-            (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-            (_, CommandResult::Nothing) => Err(WriteError::Unavailable(
-                "the entry applied without a result".into(),
-            )),
-        }
+        let applied = self.propose_effects(effects).await?;
+        Ok(Replicated {
+            applied: applied.applied,
+            duplicates: applied.duplicates,
+        })
     }
 
     // ---- reads ----

@@ -9,7 +9,7 @@ use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
 use raft_store::fuzz::{run_all, Target};
 use raft_store::raft::TypeConfig;
-use raft_store::{AppendRequest, ChainEvent, LogEvent};
+use raft_store::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
 use serde_json::{json, Value};
 
 fn bytes(value: &Value) -> Vec<u8> {
@@ -69,6 +69,16 @@ fn targets() -> Vec<Target> {
             ]}))],
             decode: |b| {
                 let _ = serde_json::from_slice::<Events<LogEvent>>(b);
+            },
+        },
+        Target {
+            name: "populate session (a part's position in a long log)",
+            seeds: vec![
+                bytes(&json!({"id": "s1", "position": 0, "total": 250000})),
+                bytes(&json!({"id": "p0123456789abcdef", "position": 10000, "total": 10001})),
+            ],
+            decode: |b| {
+                let _ = serde_json::from_slice::<PopulateSession>(b);
             },
         },
         Target {

@@ -1,7 +1,9 @@
 //! Replication of entries too large to travel together: a follower that was down while large
-//! populates were committed catches up, whether the leader splits the range itself or the
-//! follower refuses an oversized append with 413. (Before ranges were bounded in bytes, the
-//! follower's 413 read as a network error and the same range was resent forever.)
+//! populates and a large replicated delivery were committed catches up, whether the leader
+//! splits the range itself or the follower refuses an oversized append with 413. (Before ranges
+//! were bounded in bytes, the follower's 413 read as a network error and the same range was
+//! resent forever; before deliveries were split by bytes, one delivery was one entry larger than
+//! a peer accepts, and no range holding it could ever be sent.)
 
 mod common;
 
@@ -25,15 +27,41 @@ fn populate_body(exec: usize) -> Value {
     json!({ "events": events })
 }
 
-async fn a_follower_back_from_downtime_catches_up(c: &mut Cluster) {
+/// One replicated delivery of 16 events of 256 KiB: 4 MiB, twice what a peer accepts per RPC.
+fn replicated_body() -> Value {
+    let payload = "r".repeat(256 << 10);
+    let events: Vec<Value> = (1..=16u64)
+        .map(|seq| {
+            json!({
+                "execution_id": "delivered",
+                "exec_seq": seq,
+                "event_id": format!("r{seq}"),
+                "prev_event_id": (seq > 1).then(|| format!("r{}", seq - 1)),
+                "payload": payload,
+            })
+        })
+        .collect();
+    json!({ "events": events })
+}
+
+async fn a_follower_back_from_downtime_catches_up(c: &mut Cluster, populates: usize) {
     let leader = c
         .leader_among(&[1, 2, 3], Duration::from_secs(20))
         .await
         .expect("a leader");
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
     c.crash(follower).await;
-    // 24 entries of ~0.8 MiB each: about 19 MiB, where a peer accepts 2 MiB per RPC.
-    for exec in 0..24 {
+    // Populates of ~0.8 MiB each, where a peer accepts 2 MiB per RPC.
+    let (status, body) = c
+        .call(
+            leader,
+            "POST",
+            "/v1/executions/delivered/replicated",
+            Some(replicated_body()),
+        )
+        .await;
+    assert_eq!(status, 200, "replicated: {body}");
+    for exec in 0..populates {
         let (status, body) = c
             .call(
                 leader,
@@ -51,7 +79,8 @@ async fn a_follower_back_from_downtime_catches_up(c: &mut Cluster) {
         .expect("applied")
         .index;
     c.restart(follower).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(30 + populates as u64 / 4);
     loop {
         let applied = c
             .node(follower)
@@ -67,16 +96,27 @@ async fn a_follower_back_from_downtime_catches_up(c: &mut Cluster) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    println!(
+        "n{follower} caught up on {populates} populates of 0.8 MiB and a 4 MiB delivery in {:?}",
+        started.elapsed()
+    );
+    let last = format!(
+        "/v1/executions/big{}/chain?consistency=local",
+        populates - 1
+    );
+    let (status, body) = c.call(follower, "GET", &last, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["events"].as_array().map(Vec::len), Some(8));
     let (status, body) = c
         .call(
             follower,
             "GET",
-            "/v1/executions/big23/chain?consistency=local",
+            "/v1/executions/delivered/chain/raw?consistency=local",
             None,
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["events"].as_array().map(Vec::len), Some(8));
+    assert_eq!(body["events"].as_array().map(Vec::len), Some(16));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,15 +139,16 @@ async fn a_follower_that_refuses_an_oversized_append_still_catches_up() {
         .await
         .expect("a leader");
     assert_eq!(leader, 1, "node 1 stands first");
-    a_follower_back_from_downtime_catches_up(&mut c).await;
+    a_follower_back_from_downtime_catches_up(&mut c, 24).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_splits_ranges_to_what_its_peers_accept() {
-    // Every node accepts 2 MiB per RPC; the leader bounds what it sends by the same figure.
+    // Every node accepts 2 MiB per RPC; the leader bounds what it sends by the same figure. The
+    // follower misses 256 populates: 200 MiB.
     let mut c = Cluster::start_with(|config| {
         config.limits.raft_body_bytes_max = 2 << 20;
     })
     .await;
-    a_follower_back_from_downtime_catches_up(&mut c).await;
+    a_follower_back_from_downtime_catches_up(&mut c, 256).await;
 }

@@ -13,10 +13,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::chain::codec;
+use crate::chain::{codec, SessionRecord};
 use crate::engine::{seal, unseal};
 use crate::raft::{snapshot, TypeConfig};
-use chainstore_model::{ChainEvent, Coverage, EventId, ExecutionId, Head, Origin, Watermark};
+use chainstore_model::{
+    ChainEvent, Coverage, EventId, ExecutionId, Head, Origin, SessionId, Watermark,
+};
 
 /// A decoder under test and valid inputs to start from.
 pub struct Target {
@@ -237,7 +239,7 @@ pub fn store_targets() -> Vec<Target> {
             },
         },
         Target {
-            name: "stored head, watermark, coverage, seq, format, feed records",
+            name: "stored head, watermark, coverage, seq, format, feed, session records",
             seeds: vec![
                 codec::encode_head(&Head {
                     exec_seq: 5,
@@ -254,8 +256,16 @@ pub fn store_targets() -> Vec<Target> {
                 }),
                 codec::encode_seq(77),
                 codec::encode_format(1),
+                codec::encode_session(&SessionRecord {
+                    id: SessionId::new("s1").expect("a constant, valid id"),
+                    total: 9,
+                    next_position: 4,
+                    root: id("e1"),
+                    tail: id("e4"),
+                }),
             ],
             decode: |bytes| {
+                let _ = codec::decode_session(bytes);
                 let _ = codec::decode_head(bytes);
                 let _ = codec::decode_watermark(bytes);
                 let _ = codec::decode_coverage(bytes);

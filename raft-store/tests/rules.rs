@@ -369,6 +369,57 @@ fn a_delivery_longer_than_the_limit_is_too_large_and_writes_nothing() {
 }
 
 #[test]
+fn a_delivery_larger_than_one_batch_is_written_in_several_and_a_redelivery_completes_it() {
+    let config = StoreConfig {
+        populate_batch_events_max: 2,
+        ..StoreConfig::default()
+    };
+    let x = exec("x");
+    let delivery = [
+        chain_event("x", 5, "e", Some("d")),
+        chain_event("x", 1, "a", None),
+        chain_event("x", 2, "b", Some("a")),
+        chain_event("x", 4, "d", Some("c")),
+        chain_event("x", 3, "c", Some("b")),
+    ];
+    let (engine, store) = mem_store_with(config.clone());
+    let effects = store.evaluate_replicated(&x, &delivery).unwrap();
+    assert_eq!(
+        effects.iter().map(|e| e.events.len()).collect::<Vec<_>>(),
+        [2, 2, 1]
+    );
+    let writes = engine.writes_total();
+    assert_eq!(
+        store.apply_replicated(&x, &delivery, 1).unwrap(),
+        raft_store::Replicated {
+            applied: 5,
+            duplicates: 0
+        }
+    );
+    assert_eq!(engine.writes_total(), writes + 3);
+    assert_eq!(store.chain_is_complete(&x).unwrap(), Completeness::Complete);
+
+    // Interrupted after its first batch: a part is stored, never served; the same delivery
+    // again stores the rest.
+    let (engine, store) = mem_store_with(config);
+    populate(&store, "x", &linked_log(&["a"]));
+    engine.fail_write_after(2);
+    assert!(store.apply_replicated(&x, &delivery, 1).is_err());
+    engine.clear_faults();
+    assert_eq!(ids(&store.chain(&x).unwrap()), ["a", "e"]);
+    assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+    assert_eq!(
+        store.apply_replicated(&x, &delivery, 2).unwrap(),
+        raft_store::Replicated {
+            applied: 3,
+            duplicates: 2
+        }
+    );
+    assert_eq!(store.chain_is_complete(&x).unwrap(), Completeness::Complete);
+    assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
+}
+
+#[test]
 fn replicated_events_arrive_out_of_order_the_gap_is_named_then_the_chain_completes() {
     let (_, store) = mem_store();
     let x = exec("x");
@@ -1160,7 +1211,10 @@ fn a_session_extends_an_authoritative_chain_which_is_refused_until_the_last_part
     part(&store, "x", &session("s", 0, 10), &log[..5]).unwrap();
     // Coverage now says 10 while 5 are stored: never served short.
     assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
-    assert_eq!(store.coverage(&exec("x")).unwrap().map(|c| c.total), Some(10));
+    assert_eq!(
+        store.coverage(&exec("x")).unwrap().map(|c| c.total),
+        Some(10)
+    );
     part(&store, "x", &session("s", 5, 10), &log[5..]).unwrap();
     assert_eq!(authoritative_ids(&store, "x").len(), 10);
 }
@@ -1172,7 +1226,13 @@ fn a_session_over_a_stored_chain_keeps_it_served_until_a_part_appends() {
     populate(&store, "x", &log);
     log.extend(linked_log(&["j", "k", "l"]).into_iter().skip(1));
     for (from, to) in [(0, 4), (4, 8)] {
-        part(&store, "x", &session("s", from, 12), &log[from as usize..to as usize]).unwrap();
+        part(
+            &store,
+            "x",
+            &session("s", from, 12),
+            &log[from as usize..to as usize],
+        )
+        .unwrap();
         assert_eq!(authoritative_ids(&store, "x").len(), 10, "after {to}");
     }
     part(&store, "x", &session("s", 8, 12), &log[8..11]).unwrap();
@@ -1454,8 +1514,18 @@ fn a_failure_at_any_write_of_a_session_never_serves_a_short_chain_and_a_new_sess
             Guarded::CannotAnswer(_) => assert!(failed, "no failure, yet not served"),
         }
         for (from, to) in parts {
-            part(&store, "x", &session("again", from as u64, 10), &log[from..to]).unwrap();
+            part(
+                &store,
+                "x",
+                &session("again", from as u64, 10),
+                &log[from..to],
+            )
+            .unwrap();
         }
-        assert_eq!(authoritative_ids(&store, "x").len(), 10, "after {fail_after}");
+        assert_eq!(
+            authoritative_ids(&store, "x").len(),
+            10,
+            "after {fail_after}"
+        );
     }
 }

@@ -17,8 +17,8 @@
 
 use serde_json::Value;
 
-use crate::engine::StorageError;
 use crate::chain::effect::SessionRecord;
+use crate::engine::StorageError;
 use chainstore_model::{validate_id, EventId, ExecutionId, SessionId};
 use chainstore_model::{ChainEvent, Coverage, Head, Origin, Watermark};
 
@@ -303,9 +303,7 @@ pub(crate) fn decode_session(bytes: &[u8]) -> Result<SessionRecord, StorageError
     let tail = event_id(r.id()?)?;
     r.finish()?;
     if next_position == 0 || next_position > total {
-        return Err(corrupted(
-            "populate session position outside 1..=total",
-        ));
+        return Err(corrupted("populate session position outside 1..=total"));
     }
     Ok(SessionRecord {
         id,

@@ -168,25 +168,24 @@ impl<E: Engine> ChainStore<E> {
         commit_index: u64,
     ) -> Result<Replicated, ReplicateError> {
         let _guard = self.lock_writer();
-        let Some(effect) = self.evaluate_replicated(exec, events)? else {
-            return Ok(Replicated {
-                applied: 0,
-                duplicates: 0,
-            });
+        let mut done = Replicated {
+            applied: 0,
+            duplicates: 0,
         };
-        let applied = self
-            .write_effect(&effect, commit_index)
-            .map_err(|err| match err {
-                ApplyError::Forked(fork) => ReplicateError::Forked(fork),
-                ApplyError::HeadMoved { .. } | ApplyError::Malformed(_) => {
-                    ReplicateError::InvalidInput(err.to_string())
-                }
-                ApplyError::Storage(err) => ReplicateError::Storage(err),
-            })?;
-        Ok(Replicated {
-            applied: applied.applied,
-            duplicates: applied.duplicates,
-        })
+        for effect in self.evaluate_replicated(exec, events)? {
+            let applied = self
+                .write_effect(&effect, commit_index)
+                .map_err(|err| match err {
+                    ApplyError::Forked(fork) => ReplicateError::Forked(fork),
+                    ApplyError::HeadMoved { .. } | ApplyError::Malformed(_) => {
+                        ReplicateError::InvalidInput(err.to_string())
+                    }
+                    ApplyError::Storage(err) => ReplicateError::Storage(err),
+                })?;
+            done.applied += applied.applied;
+            done.duplicates += applied.duplicates;
+        }
+        Ok(done)
     }
 
     /// Builds or extends the partition from the authoritative log (SPEC §4.3). A long log is

@@ -136,15 +136,21 @@ impl<E: Engine> ChainStore<E> {
         }))
     }
 
-    /// Evaluates a replicated delivery. `Ok(None)`: the delivery is empty. A delivery that would
-    /// fork the chain is refused here, before it is proposed anywhere.
+    /// Evaluates a replicated delivery into the effects that store it, in order (none for an
+    /// empty delivery). A delivery that would fork the chain is refused here, whole, before it
+    /// is proposed anywhere. A delivery larger than one batch (by count or by bytes) becomes
+    /// several effects, each one Raft entry small enough to replicate within one append's
+    /// deadline, the coverage change riding with the first. An interruption between them leaves
+    /// part of the delivery stored, which a re-delivery completes (identical events are
+    /// duplicates); a delivery stores no coverage, so part of one cannot make the partition
+    /// servable either.
     pub fn evaluate_replicated(
         &self,
         exec: &ExecutionId,
         events: &[ChainEvent],
-    ) -> Result<Option<Effect>, ReplicateError> {
+    ) -> Result<Vec<Effect>, ReplicateError> {
         let Some(mut effect) = self.replicated_effect(exec, events)? else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let applied = match self.stage_effect(&effect, 0) {
             Ok((_, applied)) => applied,
@@ -157,7 +163,37 @@ impl<E: Engine> ChainStore<E> {
         if applied.applied > 0 && self.read_coverage(exec)?.is_some() {
             effect.coverage = CoverageChange::Drop;
         }
-        Ok(Some(effect))
+        let runs = batches(
+            &effect.events,
+            self.config.populate_batch_events_max,
+            self.config.populate_batch_bytes_max,
+        );
+        if runs.len() <= 1 {
+            return Ok(vec![effect]);
+        }
+        Ok(runs
+            .into_iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let seqs = run.iter().map(|e| e.exec_seq);
+                let first_seq = seqs.clone().min().unwrap_or(1);
+                let through_seq = seqs.max().unwrap_or(first_seq);
+                Effect {
+                    execution_id: exec.clone(),
+                    head_check: HeadCheck::Any,
+                    events: run.to_vec(),
+                    watermark: Some(Watermark {
+                        first_seq,
+                        through_seq,
+                    }),
+                    coverage: match i {
+                        0 => effect.coverage.clone(),
+                        _ => CoverageChange::Keep,
+                    },
+                    session: SessionChange::Keep,
+                }
+            })
+            .collect())
     }
 
     /// Validates a replicated delivery and resolves it into an effect, without reading state.
@@ -461,8 +497,7 @@ impl<E: Engine> ChainStore<E> {
         self.check_log_events(log)?;
         if log.is_empty() {
             return Err(PopulateError::InvalidInput(
-                "a session part holds at least one event (an empty log is a plain populate)"
-                    .into(),
+                "a session part holds at least one event (an empty log is a plain populate)".into(),
             ));
         }
         let end = session
@@ -541,8 +576,8 @@ impl<E: Engine> ChainStore<E> {
                     None => SessionChange::Keep,
                 },
             };
-            let changes = effect.coverage != CoverageChange::Keep
-                || effect.session != SessionChange::Keep;
+            let changes =
+                effect.coverage != CoverageChange::Keep || effect.session != SessionChange::Keep;
             finished(outcome, if changes { vec![effect] } else { Vec::new() })
         };
         let ordered = match order_segment(log, anchor.as_ref()) {
