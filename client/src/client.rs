@@ -64,6 +64,27 @@ pub const PART_EVENTS_MAX: usize = 10_000;
 /// bodies of 16 MiB by default).
 pub const PART_BYTES_MAX: usize = 4 << 20;
 
+/// How one attempt of a call ended.
+enum Attempt<T> {
+    /// With an answer to return.
+    Done(T),
+    /// Without an answer: retried on the next node.
+    Unreachable(String),
+    /// With a 503 (its JSON body): retried, after finding the leader again on `no_leader`.
+    Unavailable(Value),
+}
+
+/// The last log index a backup answer says it includes.
+fn last_log_index(headers: &HeaderMap) -> Result<u64, ClientError> {
+    headers
+        .get(LAST_LOG_INDEX_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            ClientError::Protocol(format!("the backup has no {LAST_LOG_INDEX_HEADER} header"))
+        })
+}
+
 /// Splits a log into runs of at most `events_max` events and about `bytes_max` bytes of JSON
 /// each (one event at least), in order.
 fn parts_of(events: &[LogEvent], events_max: usize, bytes_max: usize) -> Vec<&[LogEvent]> {
@@ -299,13 +320,13 @@ impl Client {
         exp.min(self.policy.backoff_max).mul_f64(0.5 + unit / 2.0)
     }
 
-    async fn send_once(
+    fn request_to(
         &self,
         node: usize,
         method: &Method,
         path: &str,
         body: &Option<Bytes>,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+    ) -> Result<http::Request<Bytes>, String> {
         let mut request = http::Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.nodes[node]));
@@ -315,9 +336,19 @@ impl Client {
         if body.is_some() {
             request = request.header(http::header::CONTENT_TYPE, "application/json");
         }
-        let request = request
+        request
             .body(body.clone().unwrap_or_default())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())
+    }
+
+    async fn send_once(
+        &self,
+        node: usize,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+        let request = self.request_to(node, method, path, body)?;
         let response = self
             .transport
             .send(request, self.policy.request_timeout)
@@ -370,6 +401,46 @@ impl Client {
         state.preferred = (state.preferred + 1) % self.nodes.len();
     }
 
+    /// Runs `attempt` against the preferred node until it is done or the attempts run out,
+    /// backing off between attempts: the one retry loop of every call.
+    async fn with_retries<T, F, Fut>(&self, mut attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
+    {
+        if !self.shared().discovered {
+            self.discover().await;
+        }
+        let mut last_failure = String::from("no attempt made");
+        for n in 0..self.policy.attempts_max {
+            if n > 0 {
+                tokio::time::sleep(self.backoff(n - 1)).await;
+            }
+            let node = self.shared().preferred;
+            match attempt(node).await? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::Unreachable(failure) => {
+                    last_failure = format!("{}: {failure}", self.nodes[node]);
+                    self.rotate();
+                }
+                Attempt::Unavailable(body) => {
+                    last_failure = format!(
+                        "{}: {}",
+                        self.nodes[node],
+                        body["message"].as_str().unwrap_or("unavailable")
+                    );
+                    if body["error"] == "no_leader" {
+                        self.discover().await;
+                    }
+                }
+            }
+        }
+        Err(ClientError::Unavailable(format!(
+            "gave up after {} attempts; last: {last_failure}",
+            self.policy.attempts_max
+        )))
+    }
+
     /// One call with retries: transport failures and 503 answers are retried (on the next node,
     /// after a back-off); every other answer is returned, its body as raw bytes.
     async fn call_bytes(
@@ -379,42 +450,25 @@ impl Client {
         body: Option<Value>,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ClientError> {
         let body = body.map(|b| Bytes::from(b.to_string()));
-        if !self.shared().discovered {
-            self.discover().await;
-        }
-        let mut last_failure = String::from("no attempt made");
-        for attempt in 0..self.policy.attempts_max {
-            if attempt > 0 {
-                tokio::time::sleep(self.backoff(attempt - 1)).await;
-            }
-            let node = self.shared().preferred;
-            match self.send_once(node, &method, path, &body).await {
-                Err(failure) => {
-                    last_failure = format!("{}: {failure}", self.nodes[node]);
-                    self.rotate();
-                }
-                Ok((status, headers, bytes)) => {
-                    self.follow_leader(&headers);
-                    if status == StatusCode::SERVICE_UNAVAILABLE {
-                        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        last_failure = format!(
-                            "{}: {}",
-                            self.nodes[node],
-                            body["message"].as_str().unwrap_or("unavailable")
-                        );
-                        if body["error"] == "no_leader" {
-                            self.discover().await;
+        self.with_retries(|node| {
+            let (method, body) = (&method, &body);
+            async move {
+                Ok(match self.send_once(node, method, path, body).await {
+                    Err(failure) => Attempt::Unreachable(failure),
+                    Ok((status, headers, bytes)) => {
+                        self.follow_leader(&headers);
+                        if status == StatusCode::SERVICE_UNAVAILABLE {
+                            Attempt::Unavailable(
+                                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                            )
+                        } else {
+                            Attempt::Done((status, headers, bytes))
                         }
-                        continue;
                     }
-                    return Ok((status, headers, bytes));
-                }
+                })
             }
-        }
-        Err(ClientError::Unavailable(format!(
-            "gave up after {} attempts; last: {last_failure}",
-            self.policy.attempts_max
-        )))
+        })
+        .await
     }
 
     /// [`Client::call_bytes`] with the answer's body decoded as JSON.
@@ -737,23 +791,83 @@ impl Client {
 
     /// A consistent backup of the cluster's state, taken on the leader: the file's bytes and the
     /// last log index they include. `chainstore-node --restore-from` seeds a new cluster from it.
+    /// Holds the whole file (up to the client's answer limit); [`Client::snapshot_to`] writes it
+    /// out as it arrives instead.
     pub async fn snapshot(&self) -> Result<Backup, ClientError> {
         let (status, headers, bytes) = self.call_bytes(Method::GET, "/v1/snapshot", None).await?;
         if !status.is_success() {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(error_from(status, &body));
         }
-        let last_log_index = headers
-            .get(LAST_LOG_INDEX_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| {
-                ClientError::Protocol(format!("the backup has no {LAST_LOG_INDEX_HEADER} header"))
-            })?;
         Ok(Backup {
-            last_log_index,
+            last_log_index: last_log_index(&headers)?,
             data: bytes,
         })
+    }
+
+    /// A consistent backup written to `out` piece by piece as it arrives, so the client holds a
+    /// piece at a time whatever the store's size; returns the last log index it includes.
+    /// Failures before the first byte are retried like any call; one after it is returned, and
+    /// `out` then holds a cut file, which restore refuses (it has no trailer).
+    pub async fn snapshot_to<W>(&self, out: &mut W) -> Result<u64, ClientError>
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send,
+    {
+        use futures_util::StreamExt;
+        use tokio::io::AsyncWriteExt;
+
+        let answer = self
+            .with_retries(|node| async move {
+                let request = self
+                    .request_to(node, &Method::GET, "/v1/snapshot", &None)
+                    .map_err(ClientError::InvalidInput)?;
+                let answer = match self
+                    .transport
+                    .send_streamed(request, self.policy.request_timeout)
+                    .await
+                {
+                    Ok(answer) => answer,
+                    Err(failure) => return Ok(Attempt::Unreachable(failure.to_string())),
+                };
+                let (parts, mut pieces) = answer.into_parts();
+                self.follow_leader(&parts.headers);
+                if parts.status.is_success() {
+                    return Ok(Attempt::Done((node, parts.headers, pieces)));
+                }
+                // An error answer is a small JSON body; read a bounded amount of it.
+                let mut bytes = Vec::new();
+                while let Some(Ok(piece)) = pieces.next().await {
+                    bytes.extend_from_slice(&piece);
+                    if bytes.len() > 64 << 10 {
+                        break;
+                    }
+                }
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                if parts.status == StatusCode::SERVICE_UNAVAILABLE {
+                    return Ok(Attempt::Unavailable(body));
+                }
+                Err(error_from(parts.status, &body))
+            })
+            .await;
+        let (node, headers, mut pieces) = answer?;
+        let last_log_index = last_log_index(&headers)?;
+        let mut written = 0u64;
+        while let Some(piece) = pieces.next().await {
+            let piece = piece.map_err(|e| {
+                ClientError::Unavailable(format!(
+                    "the backup from {} was cut after {written} bytes: {e}",
+                    self.nodes[node]
+                ))
+            })?;
+            out.write_all(&piece)
+                .await
+                .map_err(|e| ClientError::Write(e.to_string()))?;
+            written += piece.len() as u64;
+        }
+        out.flush()
+            .await
+            .map_err(|e| ClientError::Write(e.to_string()))?;
+        Ok(last_log_index)
     }
 
     /// Every node's own view and readiness, without retries: for status tables.

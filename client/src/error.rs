@@ -44,6 +44,9 @@ pub enum ClientError {
     /// The cluster could not answer (503, unreachable, timeouts) after every retry.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The answer arrived but could not be written where the caller asked (a backup file).
+    #[error("cannot write the answer: {0}")]
+    Write(String),
     /// The answer did not make sense (an unexpected status or body).
     #[error("unexpected answer: {0}")]
     Protocol(String),

@@ -109,6 +109,23 @@ async fn chainctl_appends_reads_and_reports_with_meaningful_exit_codes() {
     let out = chainctl(&nodes, &["changes", "--after", "0"]).await;
     assert_eq!(code(&out), 0);
     assert!(text(&out.stdout).contains("order-1"));
+
+    // A backup saved to a file, whole and valid, with nothing left beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backup.snap");
+    let file_arg = file.to_str().unwrap();
+    let out = chainctl(&nodes, &["--json", "snapshot", "save", file_arg]).await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let saved: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(saved["bytes"].as_u64(), Some(bytes.len() as u64));
+    let applied = raft_store::raft::inspect_backup(&bytes).expect("a valid backup");
+    assert_eq!(saved["last_log_index"].as_u64(), Some(applied.index));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // Into a directory that does not exist: refused, exit code 1.
+    let nowhere = dir.path().join("missing").join("backup.snap");
+    let out = chainctl(&nodes, &["snapshot", "save", nowhere.to_str().unwrap()]).await;
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

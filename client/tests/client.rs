@@ -460,3 +460,43 @@ async fn a_log_larger_than_a_request_body_becomes_authoritative_through_a_popula
     let read = client.chain(&x, ReadOptions::default()).await.unwrap();
     assert!(matches!(read.answer, Guarded::CannotAnswer(_)), "{read:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_larger_than_a_node_relays_whole_streams_through_a_follower() {
+    // Nodes that read at most 256 KiB of a peer's answer; the backup is over 1 MiB.
+    let cluster = InProcCluster::start_tuned(3, |config| {
+        config.limits.peer_response_bytes_max = 256 << 10
+    })
+    .await;
+    let client = Client::builder(cluster.urls()).build().unwrap();
+    for e in 0..4 {
+        let log: Vec<LogEvent> = (0..8)
+            .map(|i| LogEvent {
+                event_id: EventId::new(format!("e{i}")).unwrap(),
+                prev_event_id: (i > 0).then(|| EventId::new(format!("e{}", i - 1)).unwrap()),
+                parent_execution_id: None,
+                payload: json!({ "pad": format!("{e}-{i}-").repeat(20_000) }),
+            })
+            .collect();
+        client
+            .populate(&exec(&format!("b{e}")), &log)
+            .await
+            .unwrap();
+    }
+    let leader = cluster.leader().await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let via_follower = Client::builder([format!("http://{}", cluster.addrs[&follower])])
+        .build()
+        .unwrap();
+
+    let mut file = Vec::new();
+    let last_log_index = via_follower.snapshot_to(&mut file).await.unwrap();
+    assert!(file.len() > 4 * (256 << 10), "{} bytes", file.len());
+    assert!(last_log_index > 0);
+    let applied = raft_store::raft::inspect_backup(&file).expect("a whole, valid backup");
+    assert_eq!(applied.index, last_log_index);
+    // The same read answered whole by the client also comes through the follower.
+    let whole = via_follower.snapshot().await.unwrap();
+    assert!(whole.last_log_index >= last_log_index);
+    assert!(raft_store::raft::inspect_backup(&whole.data).is_ok());
+}

@@ -23,12 +23,16 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
 
 pub use identity::{certificate_identity, CertificateIdentity, Identity, Role};
 pub use tls::{KeyPair, ServerCheck, TlsClientOptions, TlsError};
 
 /// A boxed future, so that `Transport` can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An answer's body read piece by piece.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> + Send>>;
 
 /// Why a request got no HTTP response.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -59,6 +63,23 @@ pub trait Transport: Send + Sync + 'static {
         request: http::Request<Bytes>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>>;
+
+    /// Sends `request` and returns once the answer's head has arrived (within `timeout`); the
+    /// body follows piece by piece, each piece within `timeout` of the one before, and its
+    /// length is not limited: for answers of any size (a backup), read as they arrive. The
+    /// default reads the whole answer with [`Transport::send`] and hands it over in one piece.
+    fn send_streamed(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<http::Response<BodyStream>, TransportError>> {
+        Box::pin(async move {
+            let answer = self.send(request, timeout).await?;
+            Ok(answer.map(|body| {
+                Box::pin(futures_util::stream::once(async move { Ok(body) })) as BodyStream
+            }))
+        })
+    }
 }
 
 /// A request extension: the request is for cluster member `0`, and must reach nobody else.
@@ -160,13 +181,8 @@ impl Transport for ReqwestTransport {
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
         Box::pin(async move {
             let limit = self.response_bytes_max;
-            let (parts, body) = request.into_parts();
-            let url = parts.uri.to_string();
             let mut response = self
-                .client
-                .request(parts.method, url)
-                .headers(parts.headers)
-                .body(body)
+                .request(request)
                 .timeout(timeout)
                 .send()
                 .await
@@ -177,10 +193,7 @@ impl Transport for ReqwestTransport {
             {
                 return Err(TransportError::TooLarge { limit });
             }
-            let mut builder = http::Response::builder().status(response.status());
-            if let Some(headers) = builder.headers_mut() {
-                *headers = response.headers().clone();
-            }
+            let builder = Self::head_of(&response);
             let mut body = BytesMut::new();
             while let Some(chunk) = response.chunk().await.map_err(|e| classify(e, timeout))? {
                 if body.len() + chunk.len() > limit {
@@ -192,6 +205,50 @@ impl Transport for ReqwestTransport {
                 .body(body.freeze())
                 .map_err(|e| TransportError::Failed(e.to_string()))
         })
+    }
+
+    fn send_streamed(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<http::Response<BodyStream>, TransportError>> {
+        Box::pin(async move {
+            let sent = tokio::time::timeout(timeout, self.request(request).send()).await;
+            let response = sent
+                .map_err(|_| TransportError::Timeout(timeout))?
+                .map_err(|e| classify(e, timeout))?;
+            let builder = Self::head_of(&response);
+            let pieces = futures_util::stream::unfold(Some(response), move |state| async move {
+                let mut response = state?;
+                match tokio::time::timeout(timeout, response.chunk()).await {
+                    Err(_) => Some((Err(TransportError::Timeout(timeout)), None)),
+                    Ok(Err(err)) => Some((Err(classify(err, timeout)), None)),
+                    Ok(Ok(Some(piece))) => Some((Ok(piece), Some(response))),
+                    Ok(Ok(None)) => None,
+                }
+            });
+            builder
+                .body(Box::pin(pieces) as BodyStream)
+                .map_err(|e| TransportError::Failed(e.to_string()))
+        })
+    }
+}
+
+impl ReqwestTransport {
+    fn request(&self, request: http::Request<Bytes>) -> reqwest::RequestBuilder {
+        let (parts, body) = request.into_parts();
+        self.client
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body)
+    }
+
+    fn head_of(response: &reqwest::Response) -> http::response::Builder {
+        let mut builder = http::Response::builder().status(response.status());
+        if let Some(headers) = builder.headers_mut() {
+            *headers = response.headers().clone();
+        }
+        builder
     }
 }
 
@@ -285,18 +342,37 @@ impl PeerTransport {
     }
 }
 
+impl PeerTransport {
+    /// The client for the peer `request` names in its [`ExpectPeer`].
+    fn client_of(
+        &self,
+        request: &http::Request<Bytes>,
+    ) -> Result<ReqwestTransport, TransportError> {
+        match request.extensions().get::<ExpectPeer>() {
+            Some(ExpectPeer(peer)) => self.client_for(*peer),
+            None => Err(TransportError::Failed(
+                "a request to a peer must name the node it is for".into(),
+            )),
+        }
+    }
+}
+
 impl Transport for PeerTransport {
     fn send(
         &self,
         request: http::Request<Bytes>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
-        let client = match request.extensions().get::<ExpectPeer>() {
-            Some(ExpectPeer(peer)) => self.client_for(*peer),
-            None => Err(TransportError::Failed(
-                "a request to a peer must name the node it is for".into(),
-            )),
-        };
+        let client = self.client_of(&request);
         Box::pin(async move { client?.send(request, timeout).await })
+    }
+
+    fn send_streamed(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<http::Response<BodyStream>, TransportError>> {
+        let client = self.client_of(&request);
+        Box::pin(async move { client?.send_streamed(request, timeout).await })
     }
 }

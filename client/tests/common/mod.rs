@@ -25,8 +25,12 @@ pub fn peer_auth() -> PeerAuth {
 
 /// A plain reqwest transport, as a node uses on a plaintext cluster.
 pub fn transport() -> ReqwestTransport {
-    ReqwestTransport::new(&TransportOptions::new(Duration::from_secs(1), 64 << 20))
-        .expect("transport")
+    transport_reading(64 << 20)
+}
+
+/// A plain reqwest transport that reads answers of at most `bytes`.
+pub fn transport_reading(bytes: usize) -> ReqwestTransport {
+    ReqwestTransport::new(&TransportOptions::new(Duration::from_secs(1), bytes)).expect("transport")
 }
 
 struct Running {
@@ -113,7 +117,9 @@ impl InProcCluster {
                     .await
                     .expect("restore");
             }
-            let transport = Arc::new(transport());
+            let transport = Arc::new(transport_reading(
+                config.limits.peer_response_bytes_max.min(64 << 20),
+            ));
             let node = Node::start(config, engine, transport)
                 .await
                 .expect("start node");

@@ -11,7 +11,7 @@ use raft_store::raft::{begin_backup, BackupError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::ApiError;
-use super::executions::{read_barrier, ReadQuery};
+use super::executions::{read_barrier, ReadQuery, Relay};
 use super::extract::parse_query;
 use crate::node::Node;
 
@@ -36,8 +36,8 @@ pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -
             &node,
             &uri,
             &headers,
-            query.consistency.as_deref(),
-            query.min_index,
+            (query.consistency.as_deref(), query.min_index),
+            Relay::Streamed,
         );
         if let Err(response) = barrier.await {
             return Ok(response);

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::extract::{event_id, execution_id, parse_json, parse_query, read_body, PathParams};
-use super::forward::{forward, set_leader_header};
+use super::forward::{forward, forward_streamed, set_leader_header};
 use crate::node::{Consistency, Node, ReadError, WriteError};
 
 /// The query of every read: `consistency=linearizable|local`, `min_index=N`.
@@ -139,20 +139,30 @@ where
     response
 }
 
+/// How a read that must run on the leader reaches it from a follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Relay {
+    /// The leader's answer is read whole, then relayed (bounded answers).
+    Whole,
+    /// The leader's answer is relayed piece by piece as it arrives (a backup).
+    Streamed,
+}
+
 /// Passes the read barrier, or produces the answer to send instead (a forward, an error).
 pub(super) async fn read_barrier(
     node: &Arc<Node>,
     uri: &Uri,
     headers: &HeaderMap,
-    consistency_raw: Option<&str>,
-    min_index: Option<u64>,
+    (consistency_raw, min_index): (Option<&str>, Option<u64>),
+    relay: Relay,
 ) -> Result<u64, Response> {
     let level = consistency(consistency_raw).map_err(IntoResponse::into_response)?;
     match node.read_barrier(level, min_index).await {
         Ok(applied) => Ok(applied),
-        Err(ReadError::NotLeader(leader)) => {
-            Err(forward(node, leader, Method::GET, uri, headers, Bytes::new()).await)
-        }
+        Err(ReadError::NotLeader(leader)) => Err(match relay {
+            Relay::Whole => forward(node, leader, Method::GET, uri, headers, Bytes::new()).await,
+            Relay::Streamed => forward_streamed(node, leader, uri, headers).await,
+        }),
         Err(err) => Err(ApiError::from(err).into_response()),
     }
 }
@@ -326,7 +336,13 @@ where
 {
     let outcome = async {
         let query: Q = parse_query(uri)?;
-        let barrier = read_barrier(node, uri, headers, query.consistency(), query.min_index());
+        let barrier = read_barrier(
+            node,
+            uri,
+            headers,
+            (query.consistency(), query.min_index()),
+            Relay::Whole,
+        );
         let applied_index = match barrier.await {
             Ok(applied) => applied,
             Err(response) => return Ok(response),

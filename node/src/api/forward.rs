@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use chainstore_transport::TransportError;
@@ -41,31 +41,9 @@ pub async fn forward(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
-    if headers.contains_key(FORWARDED_HEADER) {
-        return ApiError::NoLeader(
-            "the node this request was forwarded to is not the leader".into(),
-        )
-        .into_response();
-    }
-    let Some(leader) = leader.filter(|l| l.id != node.id()) else {
-        return ApiError::NoLeader("no leader is known; retry shortly".into()).into_response();
-    };
-    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
-    let mut request = node
-        .peer_credentials()
-        .request(method, leader.id, &leader.addr, path);
-    for name in &REQUEST_HEADERS {
-        if let Some(value) = headers.get(name) {
-            request = request.header(name, value);
-        }
-    }
-    request = request.header(FORWARDED_HEADER, node.id().to_string());
-    let request = match request.body(body) {
-        Ok(request) => request,
-        Err(err) => {
-            return ApiError::InvalidInput(format!("cannot forward the request: {err}"))
-                .into_response()
-        }
+    let (leader, request) = match forwarded_request(node, leader, method, uri, headers, body) {
+        Ok(forwarded) => forwarded,
+        Err(refusal) => return refusal,
     };
     let answer = match node
         .transport()
@@ -81,14 +59,81 @@ pub async fn forward(
             ))
             .into_response()
         }
-        Err(err) => {
-            return ApiError::unavailable(format!(
-                "the leader (node {}) did not answer: {err}",
-                leader.id
-            ))
-            .into_response()
-        }
+        Err(err) => return leader_silent(&leader, &err),
     };
+    relay(&leader, answer.map(Body::from))
+}
+
+/// Sends a read whose answer may be of any size (a backup) to `leader` and relays the answer's
+/// body piece by piece as it arrives: this node holds a piece at a time, whatever the size.
+pub async fn forward_streamed(
+    node: &Arc<Node>,
+    leader: Option<Leader>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Response {
+    let (leader, request) =
+        match forwarded_request(node, leader, Method::GET, uri, headers, Bytes::new()) {
+            Ok(forwarded) => forwarded,
+            Err(refusal) => return refusal,
+        };
+    match node
+        .transport()
+        .send_streamed(request, node.config().limits.forward_timeout)
+        .await
+    {
+        Ok(answer) => relay(&leader, answer.map(Body::from_stream)),
+        Err(err) => leader_silent(&leader, &err),
+    }
+}
+
+/// The request to pass to the leader, or the answer that refuses to pass it (a second hop, no
+/// leader known, this node itself named leader).
+fn forwarded_request(
+    node: &Arc<Node>,
+    leader: Option<Leader>,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<(Leader, http::Request<Bytes>), Response> {
+    if headers.contains_key(FORWARDED_HEADER) {
+        return Err(ApiError::NoLeader(
+            "the node this request was forwarded to is not the leader".into(),
+        )
+        .into_response());
+    }
+    let Some(leader) = leader.filter(|l| l.id != node.id()) else {
+        return Err(ApiError::NoLeader("no leader is known; retry shortly".into()).into_response());
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    let mut request = node
+        .peer_credentials()
+        .request(method, leader.id, &leader.addr, path);
+    for name in &REQUEST_HEADERS {
+        if let Some(value) = headers.get(name) {
+            request = request.header(name, value);
+        }
+    }
+    request = request.header(FORWARDED_HEADER, node.id().to_string());
+    match request.body(body) {
+        Ok(request) => Ok((leader, request)),
+        Err(err) => Err(
+            ApiError::InvalidInput(format!("cannot forward the request: {err}")).into_response(),
+        ),
+    }
+}
+
+fn leader_silent(leader: &Leader, err: &TransportError) -> Response {
+    ApiError::unavailable(format!(
+        "the leader (node {}) did not answer: {err}",
+        leader.id
+    ))
+    .into_response()
+}
+
+/// The leader's answer as this node's: its status, body and the headers a client needs.
+fn relay(leader: &Leader, answer: http::Response<Body>) -> Response {
     let (parts, body) = answer.into_parts();
     let mut response = (parts.status, body).into_response();
     for name in &RESPONSE_HEADERS {

@@ -411,29 +411,36 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 async fn snapshot_save(client: &Client, file: &std::path::Path, json: bool) -> Result<(), Failure> {
-    let backup = client.snapshot().await?;
-    let write = || -> std::io::Result<()> {
-        let mut partial = file.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let mut out = std::fs::File::create(&partial)?;
-        out.write_all(&backup.data)?;
-        out.sync_all()?;
-        std::fs::rename(&partial, file)
+    // Written to `<file>.partial` as it arrives and renamed once whole and synced: `file` is
+    // never a cut backup.
+    let mut partial = file.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let cannot =
+        |e: std::io::Error| Failure::refused(format!("cannot write {}: {e}", file.display()));
+    let mut out = tokio::fs::File::create(&partial).await.map_err(cannot)?;
+    let saved = client.snapshot_to(&mut out).await;
+    let last_log_index = match saved {
+        Ok(index) => index,
+        Err(err) => {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(err.into());
+        }
     };
-    write().map_err(|e| Failure::refused(format!("cannot write {}: {e}", file.display())))?;
+    out.sync_all().await.map_err(cannot)?;
+    let bytes = out.metadata().await.map_err(cannot)?.len();
+    drop(out);
+    tokio::fs::rename(&partial, file).await.map_err(cannot)?;
     if json {
         print_json(&json!({
             "file": file.display().to_string(),
-            "bytes": backup.data.len(),
-            "last_log_index": backup.last_log_index,
+            "bytes": bytes,
+            "last_log_index": last_log_index,
         }));
     } else {
         println!(
-            "saved {} bytes to {} (up to log index {})",
-            backup.data.len(),
+            "saved {bytes} bytes to {} (up to log index {last_log_index})",
             file.display(),
-            backup.last_log_index
         );
     }
     Ok(())
