@@ -689,7 +689,7 @@ pub fn append_answer(outcome: &Result<Appended, ClientError>) -> Answer {
         Err(ClientError::NotHead { expected, .. }) => Answer::NotHead {
             expected: expected.as_ref().map(|e| e.to_string()),
         },
-        Err(ClientError::EventConflict(_)) => Answer::EventConflict,
+        Err(ClientError::EventConflict { .. }) => Answer::EventConflict,
         Err(_) => Answer::Unknown,
     }
 }

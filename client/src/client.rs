@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chainstore_model::{
-    order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
-    GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
+    order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, Fork, FromLog,
+    Guarded, GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
 };
 use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
@@ -251,13 +251,26 @@ fn error_from(status: StatusCode, body: &Value) -> ClientError {
             expected: id("expected"),
             got: id("got"),
         },
-        (409, "event_conflict") => ClientError::EventConflict(message),
-        (409, "forked") => ClientError::Forked(message),
+        (409, "event_conflict") => match (id("event_id"), body["exec_seq"].as_u64()) {
+            (Some(event_id), Some(exec_seq)) => ClientError::EventConflict { event_id, exec_seq },
+            _ => ClientError::Protocol(format!(
+                "an event_conflict answer without its event: {body}"
+            )),
+        },
+        (409, "forked") => match serde_json::from_value::<Fork>(body["fork"].clone()) {
+            Ok(fork) => ClientError::Forked(fork),
+            Err(_) => ClientError::Protocol(format!("a forked answer without its fork: {body}")),
+        },
         (409, "session_conflict") => ClientError::SessionConflict {
             next_position: body["next_position"].as_u64(),
         },
         (400, _) => ClientError::InvalidInput(message),
-        (413, _) => ClientError::TooLarge(message),
+        (413, _) => match serde_json::from_value(body.clone()) {
+            Ok(oversize) => ClientError::TooLarge(oversize),
+            Err(_) => {
+                ClientError::Protocol(format!("a too_large answer without its limit: {body}"))
+            }
+        },
         (401, _) => ClientError::Unauthorized(message),
         (403, _) => ClientError::Forbidden(message),
         (404, _) => ClientError::NotFound(message),

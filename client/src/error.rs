@@ -1,6 +1,6 @@
 //! [`ClientError`]: every way a call can fail, typed after the API's error codes.
 
-use chainstore_model::EventId;
+use chainstore_model::{EventId, Fork, Oversize};
 
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -14,11 +14,16 @@ pub enum ClientError {
         got: Option<EventId>,
     },
     /// 409 `event_conflict`: the event id is stored with different content.
-    #[error("event conflict: {0}")]
-    EventConflict(String),
-    /// 409 `forked`: the write would fork a chain.
+    #[error("event conflict: event {event_id} is stored at seq {exec_seq} with other content")]
+    EventConflict {
+        /// The event id.
+        event_id: EventId,
+        /// Where it is stored.
+        exec_seq: u64,
+    },
+    /// 409 `forked`: the write would fork a chain, and how.
     #[error("forked: {0}")]
-    Forked(String),
+    Forked(Fork),
     /// 409 `session_conflict`: a populate part that does not continue the execution's open
     /// session (another session replaced it, it ended, or the part skips ahead).
     #[error("populate session conflict: continues at {next_position:?}")]
@@ -29,9 +34,9 @@ pub enum ClientError {
     /// 400 `invalid_input`.
     #[error("invalid input: {0}")]
     InvalidInput(String),
-    /// 413 `too_large`.
+    /// 413 `too_large`: which limit the request passed, its size (when known) and the limit.
     #[error("too large: {0}")]
-    TooLarge(String),
+    TooLarge(Oversize),
     /// 401 `unauthorized`: no credential, or one the cluster does not know.
     #[error("unauthorized: {0}")]
     Unauthorized(String),

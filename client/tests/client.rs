@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chainstore_client::{
-    AppendRequest, BoxFuture, Client, ClientError, Comparator, EventId, ExecutionId, FromLog,
-    Guarded, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
+    AppendRequest, BoxFuture, ChainEvent, Client, ClientError, Comparator, EventId, ExecutionId,
+    Fork, FromLog, Guarded, Limit, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
 };
 use chainstore_transport::{ReqwestTransport, Transport, TransportError};
 use common::InProcCluster;
@@ -178,10 +178,39 @@ async fn typed_answers_and_errors() {
     );
     let mut conflicting = append("e1", None);
     conflicting.payload = json!("other");
-    assert!(matches!(
+    assert_eq!(
         client.append(&x, &conflicting).await,
-        Err(ClientError::EventConflict(_))
-    ));
+        Err(ClientError::EventConflict {
+            event_id: EventId::new("e1").unwrap(),
+            exec_seq: 1
+        })
+    );
+    // A delivery that puts another event at a taken seq, and one that moves a stored id.
+    let delivered = |seq: u64, id: &str| ChainEvent {
+        execution_id: x.clone(),
+        exec_seq: seq,
+        event_id: EventId::new(id).unwrap(),
+        prev_event_id: None,
+        parent_execution_id: None,
+        payload: json!({ "id": id }),
+        commit_index: 0,
+    };
+    assert_eq!(
+        client.replicated(&x, &[delivered(2, "other")]).await,
+        Err(ClientError::Forked(Fork::SeqTaken {
+            exec_seq: 2,
+            stored: EventId::new("e2").unwrap(),
+            offered: EventId::new("other").unwrap()
+        }))
+    );
+    assert_eq!(
+        client.replicated(&x, &[delivered(7, "e1")]).await,
+        Err(ClientError::Forked(Fork::IdElsewhere {
+            event_id: EventId::new("e1").unwrap(),
+            stored_seq: 1,
+            offered_seq: 7
+        }))
+    );
 
     let read = client.chain(&x, ReadOptions::default()).await.unwrap();
     assert_eq!(
@@ -395,14 +424,16 @@ async fn a_log_larger_than_a_request_body_becomes_authoritative_through_a_popula
         .populate_parts(usize::MAX, usize::MAX)
         .build()
         .unwrap();
-    assert!(
-        matches!(
-            whole.populate(&x, &log).await,
-            Err(ClientError::TooLarge(_))
-        ),
-        "one body of {} events was taken",
-        log.len()
-    );
+    match whole.populate(&x, &log).await {
+        Err(ClientError::TooLarge(oversize)) => {
+            assert_eq!((oversize.what, oversize.limit), (Limit::BodyBytes, 1 << 20));
+            assert!(
+                oversize.size.is_some_and(|size| size > 1 << 20),
+                "{oversize:?}"
+            );
+        }
+        other => panic!("one body of {} events was taken: {other:?}", log.len()),
+    }
 
     // In parts it becomes authoritative, and so does every later extension of it.
     let client = Client::builder(cluster.urls())

@@ -325,12 +325,92 @@ pub enum Fork {
     },
 }
 
+impl std::fmt::Display for Fork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fork::SeqTaken {
+                exec_seq,
+                stored,
+                offered,
+            } => write!(f, "seq {exec_seq} holds event {stored}, not {offered}"),
+            Fork::IdElsewhere {
+                event_id,
+                stored_seq,
+                offered_seq,
+            } => write!(
+                f,
+                "event {event_id} is stored at seq {stored_seq}, not {offered_seq}"
+            ),
+        }
+    }
+}
+
+/// A size limit of the store or the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// One event's payload, in bytes of JSON.
+    PayloadBytes,
+    /// Events in one populate (or one part of a populate session).
+    PopulateEvents,
+    /// Events in one replicated delivery.
+    DeliveryEvents,
+    /// One request body, in bytes.
+    BodyBytes,
+    /// One answer, in bytes (an unpaged read, an answer a node relays).
+    AnswerBytes,
+}
+
+impl Limit {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::PayloadBytes => "payload_bytes",
+            Limit::PopulateEvents => "populate_events",
+            Limit::DeliveryEvents => "delivery_events",
+            Limit::BodyBytes => "body_bytes",
+            Limit::AnswerBytes => "answer_bytes",
+        }
+    }
+}
+
+/// A request over a size limit: which limit, the size found (when it is known: a body cut off
+/// at the limit has no size) and the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Oversize {
+    /// The limit passed.
+    pub what: Limit,
+    /// The size found.
+    pub size: Option<u64>,
+    /// The limit.
+    pub limit: u64,
+}
+
+impl std::fmt::Display for Oversize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.size {
+            Some(size) => write!(
+                f,
+                "{} is {size}, the limit is {}",
+                self.what.as_str(),
+                self.limit
+            ),
+            None => write!(
+                f,
+                "{} is over the limit of {}",
+                self.what.as_str(),
+                self.limit
+            ),
+        }
+    }
+}
+
 /// Why an append was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AppendError {
     /// The request exceeds a size limit; nothing was written.
     #[error("too large: {0}")]
-    TooLarge(String),
+    TooLarge(Oversize),
     /// The request breaks a rule of the data model; nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -367,7 +447,7 @@ pub enum AppendError {
 pub enum ReplicateError {
     /// The delivery exceeds a size limit; nothing was written.
     #[error("too large: {0}")]
-    TooLarge(String),
+    TooLarge(Oversize),
     /// The delivery breaks a rule of the data model; nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -384,7 +464,7 @@ pub enum ReplicateError {
 pub enum PopulateError {
     /// The log exceeds a size limit; nothing was written.
     #[error("too large: {0}")]
-    TooLarge(String),
+    TooLarge(Oversize),
     /// The log breaks a rule of the data model; nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),

@@ -293,7 +293,17 @@ async fn replicated_events_apply_in_any_order_and_forks_are_refused() {
     let (status, body) = c
         .post(l, path, &json!({ "events": [ev(2, "z", Some("a"))] }))
         .await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("forked")));
+    assert_eq!(
+        (status, body),
+        (
+            409,
+            json!({
+                "error": "forked",
+                "message": "the delivery would fork the chain: seq 2 holds event b, not z",
+                "fork": { "kind": "seq_taken", "exec_seq": 2, "stored": "b", "offered": "z" }
+            })
+        )
+    );
 }
 
 #[tokio::test]
@@ -495,6 +505,17 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
             "{path}: a message"
         );
     }
+    // A limit passed says which, by how much.
+    let (status, answer) = c.post(l, "/v1/executions/ok/events", &big_payload).await;
+    assert_eq!(status, 413);
+    assert_eq!(
+        (&answer["what"], &answer["limit"]),
+        (&json!("payload_bytes"), &json!(1 << 20))
+    );
+    assert!(
+        answer["size"].as_u64().is_some_and(|size| size > 2 << 20),
+        "{answer}"
+    );
     let wrong_method = c
         .http
         .get(c.url(l, "/v1/executions/ok/events"))

@@ -4,7 +4,9 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use raft_store::raft::Rejection;
-use raft_store::{AppendError, EventId, PopulateError, ReplicateError, StorageError};
+use raft_store::{
+    AppendError, EventId, Fork, Oversize, PopulateError, ReplicateError, StorageError,
+};
 use serde_json::{json, Map, Value};
 
 use crate::node::{MembershipError, ReadError, WriteError};
@@ -37,7 +39,12 @@ pub enum ApiError {
         exec_seq: u64,
     },
     /// 409: the write would fork a chain.
-    Forked(String),
+    Forked {
+        /// What would have forked it: `write`, `populate` or `delivery`.
+        what: &'static str,
+        /// How.
+        fork: Fork,
+    },
     /// 409: a populate part that does not continue the execution's open session.
     SessionConflict {
         /// Where the session continues; `None` when there is no such session.
@@ -48,8 +55,13 @@ pub enum ApiError {
     /// 409: a peer's request that does not apply to this node's state (a hand-off request from
     /// a node it does not follow, in another term).
     Refused(String),
-    /// 413: the body or a payload is too large.
-    TooLarge(String),
+    /// 413: the body, a payload, a populate, a delivery or an answer is over its limit.
+    TooLarge {
+        /// Which limit, the size found and the limit.
+        oversize: Oversize,
+        /// What happened and what to do instead.
+        message: String,
+    },
     /// 503: no leader is known or reachable. Retryable.
     NoLeader(String),
     /// 503: the cluster could not answer in time. Retryable.
@@ -66,6 +78,14 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A 413 `too_large` saying which limit was passed.
+    pub fn too_large(oversize: Oversize) -> Self {
+        ApiError::TooLarge {
+            oversize,
+            message: format!("too large: {oversize}"),
+        }
+    }
+
     /// A 503 `unavailable` without an applied index.
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError::Unavailable {
@@ -104,7 +124,14 @@ impl ApiError {
                     format!("event {event_id} is already stored at seq {exec_seq} with different content"),
                 )
             }
-            ApiError::Forked(m) => (StatusCode::CONFLICT, "forked", m.clone()),
+            ApiError::Forked { what, fork } => {
+                fields.insert("fork".into(), json!(fork));
+                (
+                    StatusCode::CONFLICT,
+                    "forked",
+                    format!("the {what} would fork the chain: {fork}"),
+                )
+            }
             ApiError::SessionConflict {
                 next_position,
                 message,
@@ -113,7 +140,12 @@ impl ApiError {
                 (StatusCode::CONFLICT, "session_conflict", message.clone())
             }
             ApiError::Refused(m) => (StatusCode::CONFLICT, "refused", m.clone()),
-            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", m.clone()),
+            ApiError::TooLarge { oversize, message } => {
+                fields.insert("what".into(), json!(oversize.what));
+                fields.insert("size".into(), json!(oversize.size));
+                fields.insert("limit".into(), json!(oversize.limit));
+                (StatusCode::PAYLOAD_TOO_LARGE, "too_large", message.clone())
+            }
             ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
             ApiError::Unavailable {
                 message,
@@ -168,9 +200,10 @@ impl From<StorageError> for ApiError {
 impl From<Rejection> for ApiError {
     fn from(rejection: Rejection) -> Self {
         match rejection {
-            Rejection::Forked(fork) => {
-                ApiError::Forked(format!("the write would fork the chain: {fork:?}"))
-            }
+            Rejection::Forked(fork) => ApiError::Forked {
+                what: "write",
+                fork,
+            },
             Rejection::HeadMoved { .. } => {
                 ApiError::unavailable("the execution changed while the write was applied; retry it")
             }
@@ -189,14 +222,15 @@ impl From<WriteError> for ApiError {
             }
             WriteError::Append(err) => match err {
                 AppendError::InvalidInput(m) => ApiError::InvalidInput(m),
-                AppendError::TooLarge(m) => ApiError::TooLarge(m),
+                AppendError::TooLarge(oversize) => ApiError::too_large(oversize),
                 AppendError::NotHead { expected, got } => ApiError::NotHead { expected, got },
                 AppendError::EventConflict { event_id, exec_seq } => {
                     ApiError::EventConflict { event_id, exec_seq }
                 }
-                AppendError::Forked(fork) => {
-                    ApiError::Forked(format!("the write would fork the chain: {fork:?}"))
-                }
+                AppendError::Forked(fork) => ApiError::Forked {
+                    what: "write",
+                    fork,
+                },
                 AppendError::HeadMoved => {
                     ApiError::unavailable("the execution changed under the write; retry it")
                 }
@@ -204,13 +238,14 @@ impl From<WriteError> for ApiError {
             },
             WriteError::Populate(err) => match err {
                 PopulateError::InvalidInput(m) => ApiError::InvalidInput(m),
-                PopulateError::TooLarge(m) => ApiError::TooLarge(m),
+                PopulateError::TooLarge(oversize) => ApiError::too_large(oversize),
                 PopulateError::HeadMoved => {
                     ApiError::unavailable("the execution changed under the populate; retry it")
                 }
-                PopulateError::Forked(fork) => {
-                    ApiError::Forked(format!("the populate would fork the chain: {fork:?}"))
-                }
+                PopulateError::Forked(fork) => ApiError::Forked {
+                    what: "populate",
+                    fork,
+                },
                 err @ PopulateError::SessionConflict { next_position } => {
                     ApiError::SessionConflict {
                         next_position,
@@ -221,10 +256,11 @@ impl From<WriteError> for ApiError {
             },
             WriteError::Replicate(err) => match err {
                 ReplicateError::InvalidInput(m) => ApiError::InvalidInput(m),
-                ReplicateError::TooLarge(m) => ApiError::TooLarge(m),
-                ReplicateError::Forked(fork) => {
-                    ApiError::Forked(format!("the delivery would fork the chain: {fork:?}"))
-                }
+                ReplicateError::TooLarge(oversize) => ApiError::too_large(oversize),
+                ReplicateError::Forked(fork) => ApiError::Forked {
+                    what: "delivery",
+                    fork,
+                },
                 ReplicateError::Storage(err) => err.into(),
             },
             WriteError::Rejected(rejection) => rejection.into(),

@@ -9,8 +9,8 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use raft_store::{
-    AppendRequest, ChainEvent, ExecutionId, FromLog, GuardedPage, LogEvent, PageBounds,
-    PartOutcome, PopulateSession,
+    AppendRequest, ChainEvent, ExecutionId, FromLog, GuardedPage, Limit, LogEvent, Oversize,
+    PageBounds, PartOutcome, PopulateSession,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -79,11 +79,18 @@ impl ChainQuery {
 
 /// 413 for an unpaged read whose answer would pass the byte cap.
 fn too_large_unpaged(exec: &ExecutionId, limits: &crate::config::Limits) -> ApiError {
-    ApiError::TooLarge(format!(
-        "the chain of {exec} holds more than {} bytes, the most one answer carries; \
-         read it in pages with from_seq and limit",
-        limits.read_bytes_max
-    ))
+    ApiError::TooLarge {
+        oversize: Oversize {
+            what: Limit::AnswerBytes,
+            size: None,
+            limit: limits.read_bytes_max as u64,
+        },
+        message: format!(
+            "the chain of {exec} holds more than {} bytes, the most one answer carries; \
+             read it in pages with from_seq and limit",
+            limits.read_bytes_max
+        ),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -5,7 +5,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Uri};
-use raft_store::{EventId, ExecutionId};
+use raft_store::{EventId, ExecutionId, Limit, Oversize};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -16,16 +16,23 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::TooLarge(format!(
-            "the body exceeds the limit of {limit} bytes"
-        )));
+    if let Some(size) = declared.filter(|len| *len > limit as u64) {
+        return Err(ApiError::too_large(Oversize {
+            what: Limit::BodyBytes,
+            size: Some(size),
+            limit: limit as u64,
+        }));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::TooLarge(format!(
-            "the body exceeds the limit of {limit} bytes or was cut short"
-        ))
-    })
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::TooLarge {
+            oversize: Oversize {
+                what: Limit::BodyBytes,
+                size: None,
+                limit: limit as u64,
+            },
+            message: format!("the body exceeds the limit of {limit} bytes or was cut short"),
+        })
 }
 
 /// Decodes a JSON body.

@@ -13,6 +13,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use chainstore_transport::TransportError;
+use raft_store::{Limit, Oversize};
 
 use super::error::ApiError;
 use crate::node::{Leader, Node};
@@ -52,11 +53,18 @@ pub async fn forward(
     {
         Ok(answer) => answer,
         Err(TransportError::TooLarge { limit }) => {
-            return ApiError::TooLarge(format!(
-                "the leader's answer exceeds the {limit} bytes a node relays; \
-                 send the request to the leader (node {})",
-                leader.id
-            ))
+            return ApiError::TooLarge {
+                oversize: Oversize {
+                    what: Limit::AnswerBytes,
+                    size: None,
+                    limit: limit as u64,
+                },
+                message: format!(
+                    "the leader's answer exceeds the {limit} bytes a node relays; \
+                     send the request to the leader (node {})",
+                    leader.id
+                ),
+            }
             .into_response()
         }
         Err(err) => return leader_silent(&leader, &err),

@@ -12,8 +12,8 @@ use crate::chain::write::AppendPlan;
 use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
 use chainstore_model::ExecutionId;
 use chainstore_model::{
-    AppendError, AppendRequest, Appended, ChainEvent, FromLog, LogEvent, PartOutcome,
-    PopulateError, PopulateSession, ReplicateError, Replicated,
+    AppendError, AppendRequest, Appended, ChainEvent, FromLog, Limit, LogEvent, Oversize,
+    PartOutcome, PopulateError, PopulateSession, ReplicateError, Replicated,
 };
 
 /// The on-disk format this build reads and writes.
@@ -249,14 +249,14 @@ impl<E: Engine> ChainStore<E> {
     }
 
     /// Checks a payload against the size limit and returns its encoding.
-    pub(crate) fn checked_payload(&self, payload: &Value) -> Result<Vec<u8>, String> {
+    pub(crate) fn checked_payload(&self, payload: &Value) -> Result<Vec<u8>, Oversize> {
         let bytes = codec::payload_bytes(payload);
         if bytes.len() > self.config.payload_bytes_max {
-            return Err(format!(
-                "payload is {} bytes encoded, the limit is {}",
-                bytes.len(),
-                self.config.payload_bytes_max
-            ));
+            return Err(Oversize {
+                what: Limit::PayloadBytes,
+                size: Some(bytes.len() as u64),
+                limit: self.config.payload_bytes_max as u64,
+            });
         }
         Ok(bytes)
     }

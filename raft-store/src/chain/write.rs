@@ -11,8 +11,8 @@ use crate::chain::store::ChainStore;
 use crate::engine::{Engine, StorageError, WriteBatch};
 use chainstore_model::{
     order_by_links, order_segment, AppendError, AppendRequest, Appended, ChainEvent, Coverage,
-    Fork, FromLog, Head, LogEvent, Origin, PartOutcome, PopulateError, PopulateSession,
-    ReplicateError, Watermark,
+    Fork, FromLog, Head, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateError,
+    PopulateSession, ReplicateError, Watermark,
 };
 use chainstore_model::{EventId, ExecutionId};
 
@@ -203,11 +203,11 @@ impl<E: Engine> ChainStore<E> {
         events: &[ChainEvent],
     ) -> Result<Option<Effect>, ReplicateError> {
         if events.len() > self.config.replicated_events_max {
-            return Err(ReplicateError::TooLarge(format!(
-                "{} events in one delivery, the limit is {}",
-                events.len(),
-                self.config.replicated_events_max
-            )));
+            return Err(ReplicateError::TooLarge(Oversize {
+                what: Limit::DeliveryEvents,
+                size: Some(events.len() as u64),
+                limit: self.config.replicated_events_max as u64,
+            }));
         }
         for event in events {
             if event.execution_id != *exec {
@@ -388,11 +388,11 @@ impl<E: Engine> ChainStore<E> {
     /// limit, or holding one id twice.
     fn check_log_events(&self, log: &[LogEvent]) -> Result<(), PopulateError> {
         if log.len() > self.config.populate_events_max {
-            return Err(PopulateError::TooLarge(format!(
-                "{} events in one populate, the limit is {}",
-                log.len(),
-                self.config.populate_events_max
-            )));
+            return Err(PopulateError::TooLarge(Oversize {
+                what: Limit::PopulateEvents,
+                size: Some(log.len() as u64),
+                limit: self.config.populate_events_max as u64,
+            }));
         }
         let mut seen = BTreeSet::new();
         for event in log {
