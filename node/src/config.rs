@@ -166,7 +166,8 @@ impl NodeConfig {
         }
     }
 
-    /// The openraft configuration, every option spelled out.
+    /// The openraft configuration: every option this product depends on is set here; the others
+    /// keep openraft's defaults.
     pub fn openraft_config(&self) -> Result<openraft::Config, openraft::ConfigError> {
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let config = openraft::Config {
