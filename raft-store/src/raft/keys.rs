@@ -1,6 +1,6 @@
 //! Keys of the Raft storage. The log store lives under `R/`; the state machine's own records under
 //! `a/`. The state machine's whole range, which snapshots copy, is `[a, y)`: it holds `a/`, the
-//! chain store's `c`, `i`, `x` namespaces and its `m/format` record, and nothing of the log.
+//! chain store's `c`, `i`, `p`, `x` namespaces and its `m/format` record, and nothing of the log.
 
 pub(crate) const VOTE: &[u8] = b"R/vote";
 pub(crate) const COMMITTED: &[u8] = b"R/committed";
@@ -26,4 +26,52 @@ pub(crate) fn log_end() -> Vec<u8> {
     let mut key = LOG_PREFIX.to_vec();
     key.extend_from_slice(&[0xff; 9]);
     key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::keys as chain;
+    use chainstore_model::{EventId, ExecutionId};
+
+    #[test]
+    fn every_state_machine_namespace_lies_in_its_range_and_the_log_outside_it() {
+        // The largest id byte is 'z'; the namespace byte comes first and decides.
+        let exec = ExecutionId::new("z".repeat(128)).unwrap();
+        let id = EventId::new("z".repeat(128)).unwrap();
+        let inside = [
+            chain::head(&exec),
+            chain::event(&exec, u64::MAX),
+            chain::coverage(&exec),
+            chain::watermark(&exec),
+            chain::id_index(&exec, &id),
+            chain::feed(u64::MAX, &exec, u64::MAX),
+            chain::session(&exec),
+            chain::FORMAT.to_vec(),
+            APPLIED.to_vec(),
+            MEMBERSHIP.to_vec(),
+        ];
+        for key in inside {
+            assert!(
+                key.as_slice() >= SM_START && key.as_slice() < SM_END,
+                "{:?} is outside the state machine's range",
+                String::from_utf8_lossy(&key)
+            );
+        }
+        let outside = [
+            VOTE.to_vec(),
+            COMMITTED.to_vec(),
+            PURGED.to_vec(),
+            log_entry(0),
+            log_entry(u64::MAX),
+            log_end(),
+        ];
+        for key in outside {
+            assert!(
+                key.as_slice() < SM_START || key.as_slice() >= SM_END,
+                "{:?} is inside the state machine's range",
+                String::from_utf8_lossy(&key)
+            );
+        }
+    }
 }

@@ -40,5 +40,9 @@ pub use snapshot_data::{SnapshotData, SnapshotDir, SnapshotFile};
 pub use state_machine::StateMachine;
 pub use types::{Command, CommandResult, Rejection, TypeConfig};
 
+/// The state machine's key range `[start, end)`: everything a snapshot or a backup holds, and
+/// nothing of the Raft log (which differs between replicas).
+pub const STATE_MACHINE_RANGE: (&[u8], &[u8]) = (keys::SM_START, keys::SM_END);
+
 /// Node ids of the cluster.
 pub type NodeId = u64;
