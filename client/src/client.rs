@@ -544,8 +544,9 @@ impl Client {
 
     /// Builds or extends an execution from the authoritative log (SPEC §4.3). A log larger than
     /// one request ([`PART_EVENTS_MAX`] events or about [`PART_BYTES_MAX`] bytes unless
-    /// [`ClientBuilder::populate_parts`] says otherwise) is sent as a populate session, in link order, one part at a time; the outcome is the session's, with
-    /// `appended` counted over every part.
+    /// [`ClientBuilder::populate_parts`] says otherwise) is sent as a populate session, in link
+    /// order, one part at a time; the outcome is the session's, with `appended` counted over
+    /// every part.
     pub async fn populate(
         &self,
         exec: &ExecutionId,
@@ -554,15 +555,7 @@ impl Client {
         let (events_max, bytes_max) = self.part_max;
         let parts = parts_of(events, events_max, bytes_max);
         if parts.len() <= 1 {
-            let body = json!({ "events": events });
-            let answer = self
-                .call_ok(
-                    Method::POST,
-                    &format!("/v1/executions/{exec}/populate"),
-                    Some(body),
-                )
-                .await?;
-            return parse_from_log(&answer);
+            return parse_from_log(&self.post_populate(exec, events, None).await?);
         }
         // A log that is not one chain is sent as it came: some part is then not a chain segment
         // after the parts before it, and the store refuses the log (and revokes its coverage).
@@ -611,14 +604,7 @@ impl Client {
         session: &PopulateSession,
         events: &[LogEvent],
     ) -> Result<PartOutcome, ClientError> {
-        let body = json!({ "events": events, "session": session });
-        let answer = self
-            .call_ok(
-                Method::POST,
-                &format!("/v1/executions/{exec}/populate"),
-                Some(body),
-            )
-            .await?;
+        let answer = self.post_populate(exec, events, Some(session)).await?;
         if answer["outcome"].as_str() != Some("part_accepted") {
             return parse_from_log(&answer).map(PartOutcome::Finished);
         }
@@ -632,6 +618,25 @@ impl Client {
             total: number("total")?,
             appended: number("appended")?,
         })
+    }
+
+    /// `POST /v1/executions/{exec}/populate`: a whole log, or one part of a session.
+    async fn post_populate(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+        session: Option<&PopulateSession>,
+    ) -> Result<Value, ClientError> {
+        let mut body = json!({ "events": events });
+        if let Some(session) = session {
+            body["session"] = json!(session);
+        }
+        self.call_ok(
+            Method::POST,
+            &format!("/v1/executions/{exec}/populate"),
+            Some(body),
+        )
+        .await
     }
 
     /// Stores replicated events in any order (SPEC §4.2).

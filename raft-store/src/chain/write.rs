@@ -346,15 +346,7 @@ impl<E: Engine> ChainStore<E> {
             .iter()
             .zip(1u64..)
             .filter(|(_, seq)| !stored_seqs.contains(seq))
-            .map(|(logged, exec_seq)| ChainEvent {
-                execution_id: exec.clone(),
-                exec_seq,
-                event_id: logged.event_id.clone(),
-                prev_event_id: logged.prev_event_id.clone(),
-                parent_execution_id: logged.parent_execution_id.clone(),
-                payload: logged.payload.clone(),
-                commit_index: 0,
-            })
+            .map(|(logged, exec_seq)| stored_as(exec, exec_seq, logged))
             .collect();
         let coverage = Coverage {
             root_event_id: Some(ordered[0].event_id.clone()),
@@ -683,15 +675,7 @@ impl<E: Engine> ChainStore<E> {
                     offered_seq: exec_seq,
                 }));
             }
-            missing.push(ChainEvent {
-                execution_id: exec.clone(),
-                exec_seq,
-                event_id: logged.event_id.clone(),
-                prev_event_id: logged.prev_event_id.clone(),
-                parent_execution_id: logged.parent_execution_id.clone(),
-                payload: logged.payload.clone(),
-                commit_index: 0,
-            });
+            missing.push(stored_as(exec, exec_seq, logged));
         }
         let appended = missing.len() as u64;
         // Coverage rides with the first batch that appends (coverage first, SPEC §4.3), so parts
@@ -865,6 +849,19 @@ impl<E: Engine> ChainStore<E> {
             }
         }
         Ok((batch, applied))
+    }
+}
+
+/// The log's event as the store keeps it at `exec_seq` (the commit index is set on apply).
+fn stored_as(exec: &ExecutionId, exec_seq: u64, logged: &LogEvent) -> ChainEvent {
+    ChainEvent {
+        execution_id: exec.clone(),
+        exec_seq,
+        event_id: logged.event_id.clone(),
+        prev_event_id: logged.prev_event_id.clone(),
+        parent_execution_id: logged.parent_execution_id.clone(),
+        payload: logged.payload.clone(),
+        commit_index: 0,
     }
 }
 
