@@ -10,7 +10,7 @@ use bytes::Bytes;
 use chainstore_check::{Answer, Entry, Op};
 use chainstore_client::{
     AppendRequest, Appended, ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog,
-    Guarded, GuardedRead, LogEvent, ReadOptions, RetryPolicy,
+    Guarded, GuardedRead, LogEvent, ReadOptions, Reason, RetryPolicy,
 };
 use chainstore_transport::Transport;
 use serde_json::{json, Value};
@@ -907,7 +907,7 @@ pub async fn checker(
                     check_genesis(model, &events, &Floor::AtLeast(model.acked))
                 }
                 Guarded::CannotAnswer(reason)
-                    if model.acked == 0 && reason.as_str() == "not_populated" =>
+                    if model.acked == 0 && reason == Reason::NotPopulated =>
                 {
                     Ok(())
                 }

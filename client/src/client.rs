@@ -11,25 +11,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use chainstore_model::api::headers::{LAST_LOG_INDEX, LEADER};
+use chainstore_model::api::{
+    AppendAnswer, ChainAnswer, ChangesAnswer, ClusterStatus, ErrorBody, PopulateAnswer,
+    PopulateBody, RawChainAnswer, ReplicatedBody, StateAnswer,
+};
 use chainstore_model::{
-    order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, Fork, FromLog,
-    Guarded, GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
+    order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
+    GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
 };
 use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use crate::error::ClientError;
-use crate::types::{
-    parse_from_log, Backup, ChangesPage, ClusterStatus, GuardedPageRead, GuardedRead, PageRequest,
-    ReadOptions, StateView,
-};
-
-/// Header naming the leader on write answers.
-const LEADER_HEADER: &str = "x-chainstore-leader";
-/// Header naming the last log index a backup includes.
-const LAST_LOG_INDEX_HEADER: &str = "x-chainstore-last-log-index";
+use crate::types::{Backup, GuardedPageRead, GuardedRead, PageRequest, ReadOptions};
 
 /// How calls are retried.
 #[derive(Debug, Clone)]
@@ -70,19 +67,18 @@ enum Attempt<T> {
     Done(T),
     /// Without an answer: retried on the next node.
     Unreachable(String),
-    /// With a 503 (its JSON body): retried, after finding the leader again on `no_leader`.
-    Unavailable(Value),
+    /// With a 503 (its error body, when it has one): retried, after finding the leader again on
+    /// `no_leader`.
+    Unavailable(Option<ErrorBody>),
 }
 
 /// The last log index a backup answer says it includes.
 fn last_log_index(headers: &HeaderMap) -> Result<u64, ClientError> {
     headers
-        .get(LAST_LOG_INDEX_HEADER)
+        .get(LAST_LOG_INDEX)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| {
-            ClientError::Protocol(format!("the backup has no {LAST_LOG_INDEX_HEADER} header"))
-        })
+        .ok_or_else(|| ClientError::Protocol(format!("the backup has no {LAST_LOG_INDEX} header")))
 }
 
 /// Splits a log into runs of at most `events_max` events and about `bytes_max` bytes of JSON
@@ -226,12 +222,6 @@ struct State {
     rng: u64,
 }
 
-/// A decoded answer.
-struct Answer {
-    status: StatusCode,
-    body: Value,
-}
-
 /// A typed client of a chainstore cluster. Cheap to share behind an `Arc`; calls may run
 /// concurrently.
 pub struct Client {
@@ -243,40 +233,34 @@ pub struct Client {
     state: Mutex<State>,
 }
 
-fn error_from(status: StatusCode, body: &Value) -> ClientError {
-    let message = body["message"].as_str().unwrap_or_default().to_string();
-    let id = |field: &str| body[field].as_str().and_then(|s| EventId::new(s).ok());
-    match (status.as_u16(), body["error"].as_str().unwrap_or_default()) {
-        (409, "not_head") => ClientError::NotHead {
-            expected: id("expected"),
-            got: id("got"),
-        },
-        (409, "event_conflict") => match (id("event_id"), body["exec_seq"].as_u64()) {
-            (Some(event_id), Some(exec_seq)) => ClientError::EventConflict { event_id, exec_seq },
-            _ => ClientError::Protocol(format!(
-                "an event_conflict answer without its event: {body}"
-            )),
-        },
-        (409, "forked") => match serde_json::from_value::<Fork>(body["fork"].clone()) {
-            Ok(fork) => ClientError::Forked(fork),
-            Err(_) => ClientError::Protocol(format!("a forked answer without its fork: {body}")),
-        },
-        (409, "session_conflict") => ClientError::SessionConflict {
-            next_position: body["next_position"].as_u64(),
-        },
-        (400, _) => ClientError::InvalidInput(message),
-        (413, _) => match serde_json::from_value(body.clone()) {
-            Ok(oversize) => ClientError::TooLarge(oversize),
-            Err(_) => {
-                ClientError::Protocol(format!("a too_large answer without its limit: {body}"))
-            }
-        },
-        (401, _) => ClientError::Unauthorized(message),
-        (403, _) => ClientError::Forbidden(message),
-        (404, _) => ClientError::NotFound(message),
-        (503, _) => ClientError::Unavailable(message),
-        (code, error) => ClientError::Protocol(format!("HTTP {code} {error}: {message}")),
+/// The error an answer that is not a success stands for.
+fn error_from(status: StatusCode, bytes: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(body) if body.status() == status.as_u16() => ClientError::from(body),
+        Ok(body) => ClientError::Protocol(format!("HTTP {status} with the error body of {body}")),
+        Err(_) => ClientError::Protocol(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
+        )),
     }
+}
+
+/// The path with `query` appended (nothing for an empty query).
+fn with_query<Q: Serialize>(path: &str, query: &Q) -> Result<String, ClientError> {
+    let query = serde_urlencoded::to_string(query)
+        .map_err(|e| ClientError::InvalidInput(format!("cannot encode the query: {e}")))?;
+    Ok(if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
+    })
+}
+
+/// A request body as JSON.
+fn json_body<T: Serialize>(value: &T) -> Result<Bytes, ClientError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| ClientError::InvalidInput(e.to_string()))
 }
 
 impl Client {
@@ -380,11 +364,9 @@ impl Client {
                 .send_once(node, &Method::GET, "/v1/cluster", &None)
                 .await
             {
-                if let Ok(view) = serde_json::from_slice::<Value>(&bytes) {
-                    if let Some(id) = view["node_id"].as_u64() {
-                        ids.insert(id, node);
-                    }
-                    leader = leader.or(view["leader_id"].as_u64());
+                if let Ok(view) = serde_json::from_slice::<ClusterStatus>(&bytes) {
+                    ids.insert(view.node_id, node);
+                    leader = leader.or(view.leader_id);
                 }
             }
         }
@@ -398,7 +380,7 @@ impl Client {
 
     fn follow_leader(&self, headers: &HeaderMap) {
         let leader = headers
-            .get(LEADER_HEADER)
+            .get(LEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if let Some(leader) = leader {
@@ -440,9 +422,9 @@ impl Client {
                     last_failure = format!(
                         "{}: {}",
                         self.nodes[node],
-                        body["message"].as_str().unwrap_or("unavailable")
+                        body.as_ref().map_or("unavailable", ErrorBody::message)
                     );
-                    if body["error"] == "no_leader" {
+                    if matches!(body, Some(ErrorBody::NoLeader { .. })) {
                         self.discover().await;
                     }
                 }
@@ -460,9 +442,8 @@ impl Client {
         &self,
         method: Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<Bytes>,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ClientError> {
-        let body = body.map(|b| Bytes::from(b.to_string()));
         self.with_retries(|node| {
             let (method, body) = (&method, &body);
             async move {
@@ -471,9 +452,7 @@ impl Client {
                     Ok((status, headers, bytes)) => {
                         self.follow_leader(&headers);
                         if status == StatusCode::SERVICE_UNAVAILABLE {
-                            Attempt::Unavailable(
-                                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                            )
+                            Attempt::Unavailable(serde_json::from_slice(&bytes).ok())
                         } else {
                             Attempt::Done((status, headers, bytes))
                         }
@@ -484,45 +463,20 @@ impl Client {
         .await
     }
 
-    /// [`Client::call_bytes`] with the answer's body decoded as JSON.
-    async fn call(
+    /// [`Client::call_bytes`] with a success's body decoded as `T` and any other answer turned
+    /// into its error.
+    async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
-        body: Option<Value>,
-    ) -> Result<Answer, ClientError> {
+        body: Option<Bytes>,
+    ) -> Result<T, ClientError> {
         let (status, _, bytes) = self.call_bytes(method, path, body).await?;
-        let body: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                ClientError::Protocol(format!("HTTP {status} with a body that is not JSON: {e}"))
-            })?
-        };
-        Ok(Answer { status, body })
-    }
-
-    async fn call_ok(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, ClientError> {
-        let answer = self.call(method, path, body).await?;
-        if answer.status.is_success() {
-            Ok(answer.body)
-        } else {
-            Err(error_from(answer.status, &answer.body))
+        if !status.is_success() {
+            return Err(error_from(status, &bytes));
         }
-    }
-
-    fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ClientError> {
-        serde_json::from_value(value)
+        serde_json::from_slice(&bytes)
             .map_err(|e| ClientError::Protocol(format!("unexpected answer shape: {e}")))
-    }
-
-    fn body_of<T: Serialize>(value: &T) -> Result<Value, ClientError> {
-        serde_json::to_value(value).map_err(|e| ClientError::InvalidInput(e.to_string()))
     }
 
     /// Appends one event with the head check (SPEC §4.1).
@@ -531,15 +485,18 @@ impl Client {
         exec: &ExecutionId,
         request: &AppendRequest,
     ) -> Result<Appended, ClientError> {
-        let body = Self::body_of(request)?;
-        let answer = self
-            .call_ok(
+        let answer: AppendAnswer = self
+            .call(
                 Method::POST,
                 &format!("/v1/executions/{exec}/events"),
-                Some(body),
+                Some(json_body(request)?),
             )
             .await?;
-        Self::decode(answer)
+        Ok(Appended {
+            exec_seq: answer.exec_seq,
+            commit_index: answer.commit_index,
+            duplicate: answer.duplicate,
+        })
     }
 
     /// Builds or extends an execution from the authoritative log (SPEC §4.3). A log larger than
@@ -555,7 +512,12 @@ impl Client {
         let (events_max, bytes_max) = self.part_max;
         let parts = parts_of(events, events_max, bytes_max);
         if parts.len() <= 1 {
-            return parse_from_log(&self.post_populate(exec, events, None).await?);
+            return match PartOutcome::from(self.post_populate(exec, events, None).await?) {
+                PartOutcome::Finished(outcome) => Ok(outcome),
+                PartOutcome::Accepted { .. } => Err(ClientError::Protocol(
+                    "a populate without a session was answered as a session part".into(),
+                )),
+            };
         }
         // A log that is not one chain is sent as it came: some part is then not a chain segment
         // after the parts before it, and the store refuses the log (and revokes its coverage).
@@ -604,20 +566,7 @@ impl Client {
         session: &PopulateSession,
         events: &[LogEvent],
     ) -> Result<PartOutcome, ClientError> {
-        let answer = self.post_populate(exec, events, Some(session)).await?;
-        if answer["outcome"].as_str() != Some("part_accepted") {
-            return parse_from_log(&answer).map(PartOutcome::Finished);
-        }
-        let number = |field: &str| {
-            answer[field]
-                .as_u64()
-                .ok_or_else(|| ClientError::Protocol(format!("populate answer lacks {field}")))
-        };
-        Ok(PartOutcome::Accepted {
-            next_position: number("next_position")?,
-            total: number("total")?,
-            appended: number("appended")?,
-        })
+        Ok(self.post_populate(exec, events, Some(session)).await?.into())
     }
 
     /// `POST /v1/executions/{exec}/populate`: a whole log, or one part of a session.
@@ -626,15 +575,15 @@ impl Client {
         exec: &ExecutionId,
         events: &[LogEvent],
         session: Option<&PopulateSession>,
-    ) -> Result<Value, ClientError> {
-        let mut body = json!({ "events": events });
-        if let Some(session) = session {
-            body["session"] = json!(session);
-        }
-        self.call_ok(
+    ) -> Result<PopulateAnswer, ClientError> {
+        let body = PopulateBody {
+            events: events.to_vec(),
+            session: session.cloned(),
+        };
+        self.call(
             Method::POST,
             &format!("/v1/executions/{exec}/populate"),
-            Some(body),
+            Some(json_body(&body)?),
         )
         .await
     }
@@ -645,15 +594,15 @@ impl Client {
         exec: &ExecutionId,
         events: &[ChainEvent],
     ) -> Result<Replicated, ClientError> {
-        let body = json!({ "events": events });
-        let answer = self
-            .call_ok(
-                Method::POST,
-                &format!("/v1/executions/{exec}/replicated"),
-                Some(body),
-            )
-            .await?;
-        Self::decode(answer)
+        let body = ReplicatedBody {
+            events: events.to_vec(),
+        };
+        self.call(
+            Method::POST,
+            &format!("/v1/executions/{exec}/replicated"),
+            Some(json_body(&body)?),
+        )
+        .await
     }
 
     /// The guarded read: the chain when the store can prove it whole, or why it cannot. Read
@@ -725,17 +674,12 @@ impl Client {
         request: PageRequest,
         options: ReadOptions,
     ) -> Result<GuardedPageRead, ClientError> {
-        let answer = self
-            .call_ok(
-                Method::GET,
-                &format!(
-                    "/v1/executions/{exec}/chain{}",
-                    options.query_with(&request.query())
-                ),
-                None,
-            )
-            .await?;
-        GuardedPageRead::from_json(&answer)
+        let path = with_query(
+            &format!("/v1/executions/{exec}/chain"),
+            &options.chain_query(Some(request)),
+        )?;
+        let answer: ChainAnswer = self.call(Method::GET, &path, None).await?;
+        Ok(answer.into())
     }
 
     /// The stored events, unguarded: for diagnosis, never as an answer.
@@ -744,14 +688,12 @@ impl Client {
         exec: &ExecutionId,
         options: ReadOptions,
     ) -> Result<Vec<ChainEvent>, ClientError> {
-        let answer = self
-            .call_ok(
-                Method::GET,
-                &format!("/v1/executions/{exec}/chain/raw{}", options.query()),
-                None,
-            )
-            .await?;
-        Self::decode(answer["events"].clone())
+        let path = with_query(
+            &format!("/v1/executions/{exec}/chain/raw"),
+            &options.chain_query(None),
+        )?;
+        let answer: RawChainAnswer = self.call(Method::GET, &path, None).await?;
+        Ok(answer.events)
     }
 
     /// The per-execution records.
@@ -759,15 +701,9 @@ impl Client {
         &self,
         exec: &ExecutionId,
         options: ReadOptions,
-    ) -> Result<StateView, ClientError> {
-        let answer = self
-            .call_ok(
-                Method::GET,
-                &format!("/v1/executions/{exec}/state{}", options.query()),
-                None,
-            )
-            .await?;
-        Self::decode(answer)
+    ) -> Result<StateAnswer, ClientError> {
+        let path = with_query(&format!("/v1/executions/{exec}/state"), &options.query())?;
+        self.call(Method::GET, &path, None).await
     }
 
     /// One event, or `None` when the execution does not hold it.
@@ -777,9 +713,12 @@ impl Client {
         event_id: &EventId,
         options: ReadOptions,
     ) -> Result<Option<ChainEvent>, ClientError> {
-        let path = format!("/v1/executions/{exec}/events/{event_id}{}", options.query());
-        match self.call_ok(Method::GET, &path, None).await {
-            Ok(answer) => Self::decode(answer).map(Some),
+        let path = with_query(
+            &format!("/v1/executions/{exec}/events/{event_id}"),
+            &options.query(),
+        )?;
+        match self.call(Method::GET, &path, None).await {
+            Ok(event) => Ok(Some(event)),
             Err(ClientError::NotFound(_)) => Ok(None),
             Err(err) => Err(err),
         }
@@ -791,20 +730,14 @@ impl Client {
         after: u64,
         limit: usize,
         options: ReadOptions,
-    ) -> Result<ChangesPage, ClientError> {
-        let mut query = options.query();
-        query.push_str(if query.is_empty() { "?" } else { "&" });
-        query.push_str(&format!("after={after}&limit={limit}"));
-        let answer = self
-            .call_ok(Method::GET, &format!("/v1/changes{query}"), None)
-            .await?;
-        Self::decode(answer)
+    ) -> Result<ChangesAnswer, ClientError> {
+        let path = with_query("/v1/changes", &options.changes_query(after, limit))?;
+        self.call(Method::GET, &path, None).await
     }
 
     /// The cluster as the preferred node (the leader, when known) sees it.
     pub async fn cluster(&self) -> Result<ClusterStatus, ClientError> {
-        let answer = self.call_ok(Method::GET, "/v1/cluster", None).await?;
-        Self::decode(answer)
+        self.call(Method::GET, "/v1/cluster", None).await
     }
 
     /// A consistent backup of the cluster's state, taken on the leader: the file's bytes and the
@@ -814,8 +747,7 @@ impl Client {
     pub async fn snapshot(&self) -> Result<Backup, ClientError> {
         let (status, headers, bytes) = self.call_bytes(Method::GET, "/v1/snapshot", None).await?;
         if !status.is_success() {
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Err(error_from(status, &body));
+            return Err(error_from(status, &bytes));
         }
         Ok(Backup {
             last_log_index: last_log_index(&headers)?,
@@ -860,11 +792,10 @@ impl Client {
                         break;
                     }
                 }
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 if parts.status == StatusCode::SERVICE_UNAVAILABLE {
-                    return Ok(Attempt::Unavailable(body));
+                    return Ok(Attempt::Unavailable(serde_json::from_slice(&bytes).ok()));
                 }
-                Err(error_from(parts.status, &body))
+                Err(error_from(parts.status, &bytes))
             })
             .await;
         let (node, headers, mut pieces) = answer?;
@@ -927,7 +858,7 @@ mod tests {
                     .checked_sub(1)
                     .map(|p| EventId::new(format!("e{p}")).unwrap()),
                 parent_execution_id: None,
-                payload: json!("x".repeat(payload_bytes)),
+                payload: serde_json::json!("x".repeat(payload_bytes)),
             })
             .collect()
     }

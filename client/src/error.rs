@@ -1,5 +1,6 @@
 //! [`ClientError`]: every way a call can fail, typed after the API's error codes.
 
+use chainstore_model::api::ErrorBody;
 use chainstore_model::{EventId, Fork, Oversize};
 
 /// Why a call failed.
@@ -49,6 +50,9 @@ pub enum ClientError {
     /// The cluster could not answer (503, unreachable, timeouts) after every retry.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// 500 `internal`: the node's own invariant broke (a bug to report).
+    #[error("internal error of the node: {0}")]
+    Internal(String),
     /// The answer arrived but could not be written where the caller asked (a backup file).
     #[error("cannot write the answer: {0}")]
     Write(String),
@@ -61,5 +65,90 @@ impl ClientError {
     /// True for the errors a retry may cure.
     pub fn is_retryable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
+    }
+}
+
+/// Every error answer becomes the variant of its code, with every field the answer carries (the
+/// message of a code with fields is rebuilt from them by `Display`). Codes a client call never
+/// causes (`method_not_allowed`, and `refused`, which answers peers) are protocol errors.
+impl From<ErrorBody> for ClientError {
+    fn from(body: ErrorBody) -> Self {
+        match body {
+            ErrorBody::InvalidInput { message } => ClientError::InvalidInput(message),
+            ErrorBody::Unauthorized { message } => ClientError::Unauthorized(message),
+            ErrorBody::Forbidden { message } => ClientError::Forbidden(message),
+            ErrorBody::NotFound { message } => ClientError::NotFound(message),
+            ErrorBody::NotHead { expected, got, .. } => ClientError::NotHead { expected, got },
+            ErrorBody::EventConflict {
+                event_id, exec_seq, ..
+            } => ClientError::EventConflict { event_id, exec_seq },
+            ErrorBody::Forked { fork, .. } => ClientError::Forked(fork),
+            ErrorBody::SessionConflict { next_position, .. } => {
+                ClientError::SessionConflict { next_position }
+            }
+            ErrorBody::TooLarge {
+                what, size, limit, ..
+            } => ClientError::TooLarge(Oversize { what, size, limit }),
+            ErrorBody::NoLeader { message }
+            | ErrorBody::Unavailable { message, .. }
+            | ErrorBody::Overloaded { message } => ClientError::Unavailable(message),
+            ErrorBody::Internal { message } => ClientError::Internal(message),
+            body @ (ErrorBody::MethodNotAllowed { .. } | ErrorBody::Refused { .. }) => {
+                ClientError::Protocol(body.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code the API defines becomes a client error holding every field of its answer.
+    #[test]
+    fn every_error_code_keeps_its_fields_in_the_client_error() {
+        for body in ErrorBody::examples() {
+            let err = ClientError::from(body.clone());
+            let kept = match (&body, &err) {
+                (ErrorBody::InvalidInput { message }, ClientError::InvalidInput(m))
+                | (ErrorBody::Unauthorized { message }, ClientError::Unauthorized(m))
+                | (ErrorBody::Forbidden { message }, ClientError::Forbidden(m))
+                | (ErrorBody::NotFound { message }, ClientError::NotFound(m))
+                | (ErrorBody::NoLeader { message }, ClientError::Unavailable(m))
+                | (ErrorBody::Unavailable { message, .. }, ClientError::Unavailable(m))
+                | (ErrorBody::Overloaded { message }, ClientError::Unavailable(m))
+                | (ErrorBody::Internal { message }, ClientError::Internal(m)) => message == m,
+                (
+                    ErrorBody::NotHead { expected, got, .. },
+                    ClientError::NotHead {
+                        expected: e,
+                        got: g,
+                    },
+                ) => expected == e && got == g,
+                (
+                    ErrorBody::EventConflict {
+                        event_id, exec_seq, ..
+                    },
+                    ClientError::EventConflict {
+                        event_id: e,
+                        exec_seq: s,
+                    },
+                ) => event_id == e && exec_seq == s,
+                (ErrorBody::Forked { fork, .. }, ClientError::Forked(f)) => fork == f,
+                (
+                    ErrorBody::SessionConflict { next_position, .. },
+                    ClientError::SessionConflict { next_position: n },
+                ) => next_position == n,
+                (ErrorBody::TooLarge { .. }, ClientError::TooLarge(oversize)) => {
+                    body.oversize() == Some(*oversize)
+                }
+                (
+                    ErrorBody::MethodNotAllowed { message } | ErrorBody::Refused { message },
+                    ClientError::Protocol(m),
+                ) => m.contains(body.code()) && m.contains(message.as_str()),
+                _ => false,
+            };
+            assert!(kept, "{body:?} became {err:?}");
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! - [`Client`] (`client.rs`): one handle over the node URLs; discovers and follows the leader,
 //!   retries retryable failures with bounded exponential back-off and jitter, and returns typed
 //!   results ([`Appended`], [`GuardedRead`], [`FromLog`], ...) and typed errors ([`ClientError`]).
-//! - `types.rs`: read options and the views of the API's answers.
+//! - `types.rs`: read options and the client's views of the API's answers (the answers
+//!   themselves are [`api`]'s types, shared with the node).
 //! - `consumer.rs`: [`LogSource`], [`Reconciler`] (turns `stale_log` into staleness or a
 //!   second-writer divergence by re-reading the log), [`Comparator`] (agreement and coverage).
 //!
@@ -14,7 +15,15 @@ mod consumer;
 mod error;
 mod types;
 
-pub use chainstore_model::*;
+pub use chainstore_model::api::{
+    self, ChangesAnswer, ClusterStatus, Consistency, RaftRole, StateAnswer,
+};
+pub use chainstore_model::{
+    order_by_links, order_segment, AppendError, AppendRequest, Appended, Authority, ChainEvent,
+    ChainPage, Change, Completeness, Coverage, EventId, ExecutionId, Fork, FromLog, Guarded,
+    GuardedPage, Head, InvalidId, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateSession,
+    Reason, Refusal, Replicated, SessionId, Watermark,
+};
 pub use chainstore_transport::{KeyPair, TlsClientOptions};
 pub use client::{
     Client, ClientBuilder, RetryPolicy, PART_BYTES_MAX, PART_EVENTS_MAX, RESPONSE_BYTES_MAX,
@@ -24,6 +33,5 @@ pub use consumer::{
 };
 pub use error::ClientError;
 pub use types::{
-    authoritative_events, Backup, ChangesPage, ClusterStatus, Consistency, GuardedPageRead,
-    GuardedRead, PageRequest, ReadOptions, StateView,
+    authoritative_events, Backup, GuardedPageRead, GuardedRead, PageRequest, ReadOptions,
 };

@@ -1,25 +1,10 @@
-//! The client's views of the API's answers.
+//! The client's read options and its views of the API's answers (the answers themselves are the
+//! contract's types, in [`chainstore_model::api`]).
 
-use std::collections::BTreeMap;
-
-use chainstore_model::{
-    Authority, ChainEvent, ChainPage, Change, Coverage, EventId, ExecutionId, FromLog, Guarded,
-    GuardedPage, Head, Reason, Refusal,
+use chainstore_model::api::{
+    ChainAnswer, ChainQuery, ChangesQuery, Consistency, ReadQuery,
 };
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::error::ClientError;
-
-/// How fresh a read must be.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Consistency {
-    /// Reflects every write acknowledged before the read (the default).
-    #[default]
-    Linearizable,
-    /// The answering node's own state; the answer says which applied index it reflects.
-    Local,
-}
+use chainstore_model::{ChainEvent, ChainPage, Guarded, GuardedPage};
 
 /// Options of every read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,27 +24,34 @@ impl ReadOptions {
         }
     }
 
-    /// The query string (with its `?`), empty for the defaults.
-    pub(crate) fn query(&self) -> String {
-        self.query_with("")
+    /// The read's query (the default consistency is left out).
+    pub(crate) fn query(&self) -> ReadQuery {
+        ReadQuery {
+            consistency: (self.consistency != Consistency::default()).then_some(self.consistency),
+            min_index: self.min_index,
+        }
     }
 
-    /// The query string with `extra` parameters (`a=1&b=2`) appended.
-    pub(crate) fn query_with(&self, extra: &str) -> String {
-        let mut parts = Vec::new();
-        if !extra.is_empty() {
-            parts.push(extra.to_string());
+    /// The query of a chain read over `page` (`None`: the whole chain in one answer).
+    pub(crate) fn chain_query(&self, page: Option<PageRequest>) -> ChainQuery {
+        let read = self.query();
+        ChainQuery {
+            consistency: read.consistency,
+            min_index: read.min_index,
+            from_seq: page.map(|p| p.from_seq),
+            to_seq: page.and_then(|p| p.to_seq),
+            limit: page.and_then(|p| p.limit),
         }
-        if self.consistency == Consistency::Local {
-            parts.push("consistency=local".to_string());
-        }
-        if let Some(min) = self.min_index {
-            parts.push(format!("min_index={min}"));
-        }
-        if parts.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", parts.join("&"))
+    }
+
+    /// The query of a page of the change feed.
+    pub(crate) fn changes_query(&self, after: u64, limit: usize) -> ChangesQuery {
+        let read = self.query();
+        ChangesQuery {
+            after: Some(after),
+            limit: Some(limit),
+            consistency: read.consistency,
+            min_index: read.min_index,
         }
     }
 }
@@ -82,31 +74,32 @@ pub struct GuardedPageRead {
     pub applied_index: u64,
 }
 
-impl GuardedPageRead {
-    pub(crate) fn from_json(body: &Value) -> Result<Self, ClientError> {
-        let applied_index = body["applied_index"].as_u64().unwrap_or(0);
-        let answer = match body["answer"].as_str() {
-            Some("authoritative") => GuardedPage::Authoritative(ChainPage {
-                events: serde_json::from_value(body["events"].clone())
-                    .map_err(|e| ClientError::Protocol(format!("bad events: {e}")))?,
-                through_seq: body["through_seq"]
-                    .as_u64()
-                    .ok_or_else(|| ClientError::Protocol("a page without through_seq".into()))?,
-                next_from_seq: body["next_from_seq"].as_u64(),
-            }),
-            Some("cannot_answer") => {
-                let name = body["reason"].as_str().unwrap_or_default();
-                GuardedPage::CannotAnswer(
-                    reason_from(name)
-                        .ok_or_else(|| ClientError::Protocol(format!("unknown reason {name:?}")))?,
-                )
-            }
-            other => return Err(ClientError::Protocol(format!("unknown answer {other:?}"))),
-        };
-        Ok(Self {
-            answer,
-            applied_index,
-        })
+impl From<ChainAnswer> for GuardedPageRead {
+    fn from(answer: ChainAnswer) -> Self {
+        match answer {
+            ChainAnswer::Authoritative {
+                events,
+                applied_index,
+                through_seq,
+                next_from_seq,
+                ..
+            } => GuardedPageRead {
+                answer: GuardedPage::Authoritative(ChainPage {
+                    events,
+                    through_seq,
+                    next_from_seq,
+                }),
+                applied_index,
+            },
+            ChainAnswer::CannotAnswer {
+                reason,
+                applied_index,
+                ..
+            } => GuardedPageRead {
+                answer: GuardedPage::CannotAnswer(reason),
+                applied_index,
+            },
+        }
     }
 }
 
@@ -130,50 +123,6 @@ impl PageRequest {
             limit: None,
         }
     }
-
-    /// The paging part of a query string (without `?` or a leading `&`).
-    pub(crate) fn query(&self) -> String {
-        let mut parts = vec![format!("from_seq={}", self.from_seq)];
-        if let Some(to) = self.to_seq {
-            parts.push(format!("to_seq={to}"));
-        }
-        if let Some(limit) = self.limit {
-            parts.push(format!("limit={limit}"));
-        }
-        parts.join("&")
-    }
-}
-
-fn reason_from(name: &str) -> Option<Reason> {
-    Reason::ALL.into_iter().find(|r| r.as_str() == name)
-}
-
-/// `GET .../state`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StateView {
-    /// The execution.
-    pub execution_id: ExecutionId,
-    /// Watermark-derived authority.
-    pub authority: Authority,
-    /// The coverage record.
-    pub coverage: Option<Coverage>,
-    /// The newest event.
-    pub head: Option<Head>,
-    /// Whether the walk from the head reaches the root over the whole span.
-    pub complete: bool,
-    /// The missing predecessor, when the walk stopped at one.
-    pub gap_at: Option<EventId>,
-    /// The applied index the answer reflects.
-    pub applied_index: u64,
-}
-
-/// A page of the change feed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChangesPage {
-    /// Changes in commit order.
-    pub changes: Vec<Change>,
-    /// Pass as `after` for the next page.
-    pub next: u64,
 }
 
 /// `GET /v1/snapshot`: a consistent backup of the cluster's state.
@@ -183,76 +132,6 @@ pub struct Backup {
     pub last_log_index: u64,
     /// The backup file's bytes.
     pub data: bytes::Bytes,
-}
-
-/// `GET /v1/cluster`: one node's view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    /// The answering node.
-    pub node_id: u64,
-    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
-    pub state: String,
-    /// The leader it knows.
-    pub leader_id: Option<u64>,
-    /// Its term.
-    pub term: u64,
-    /// Voting members.
-    pub voters: Vec<u64>,
-    /// Non-voting members.
-    pub learners: Vec<u64>,
-    /// Member addresses by id.
-    pub nodes: BTreeMap<String, String>,
-    /// Its last log index.
-    pub last_log_index: u64,
-    /// Its last applied index.
-    pub last_applied: u64,
-    /// Its last snapshot's index.
-    #[serde(default)]
-    pub snapshot_index: u64,
-    /// Its last purged log index.
-    #[serde(default)]
-    pub purged_index: u64,
-}
-
-/// Decodes a populate answer (`extended` is an in-sync populate that appended).
-pub(crate) fn parse_from_log(body: &Value) -> Result<FromLog, ClientError> {
-    let number = |field: &str| {
-        body[field]
-            .as_u64()
-            .ok_or_else(|| ClientError::Protocol(format!("populate answer lacks {field}")))
-    };
-    let id = |field: &str| {
-        body[field]
-            .as_str()
-            .and_then(|s| EventId::new(s).ok())
-            .ok_or_else(|| ClientError::Protocol(format!("populate answer lacks {field}")))
-    };
-    match body["outcome"].as_str() {
-        Some("in_sync") | Some("extended") => Ok(FromLog::InSync {
-            total: number("total")?,
-            appended: number("appended")?,
-        }),
-        Some("stale_log") => Ok(FromLog::StaleLog {
-            stored_len: number("stored_len")?,
-            log_len: number("log_len")?,
-        }),
-        Some("diverged") => Ok(FromLog::Diverged {
-            at_position: number("at_position")?,
-            stored: id("stored")?,
-            log: id("log")?,
-        }),
-        Some("refused") => {
-            let name = body["reason"].as_str().unwrap_or_default();
-            let reason = Refusal::ALL
-                .into_iter()
-                .find(|r| r.as_str() == name)
-                .ok_or_else(|| ClientError::Protocol(format!("unknown refusal {name:?}")))?;
-            Ok(FromLog::Refused { reason })
-        }
-        other => Err(ClientError::Protocol(format!(
-            "unknown populate outcome {other:?}"
-        ))),
-    }
 }
 
 /// The events of an authoritative answer, if any.

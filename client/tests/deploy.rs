@@ -11,7 +11,7 @@ use std::time::Duration;
 use chainstore_client::{
     AppendRequest, Client, EventId, ExecutionId, FromLog, Guarded, LogEvent, ReadOptions,
 };
-use chainstore_node::bootstrap::{bootstrap, Bootstrapped};
+use chainstore_node::{bootstrap, Bootstrapped};
 use chainstore_node::{Node, NodeConfig};
 use common::{Formation, InProcCluster};
 use raft_store::raft::{restore_backup, BackupError};

@@ -19,8 +19,8 @@ use chainstore_client::{
     AppendRequest, Client, ClientError, EventId, ExecutionId, Guarded, KeyPair, ReadOptions,
     RetryPolicy, TlsClientOptions,
 };
-use chainstore_node::server::{serve, ServeOptions};
-use chainstore_node::tls::{NodeTls, TlsFiles};
+use chainstore_node::{serve, ServeOptions};
+use chainstore_node::{NodeTls, TlsFiles};
 use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Role, Tokens};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 

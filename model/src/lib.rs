@@ -7,7 +7,10 @@
 //!   [`Completeness`]) and the error of every operation.
 //! - `order`: [`order_by_links`], a log's order decided by its links, or why it has none.
 //! - `error`: [`StorageError`], the one storage failure every operation can surface.
+//! - [`api`]: the HTTP contract: every request and answer body, the error body and its codes,
+//!   read parameters, header names. The node writes these types; the client reads them.
 
+pub mod api;
 mod error;
 mod ids;
 mod order;
@@ -16,4 +19,9 @@ mod types;
 pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
-pub use types::*;
+pub use types::{
+    AppendError, AppendRequest, Appended, Authority, ChainEvent, ChainPage, Change, Completeness,
+    Coverage, ExecutionState, Fork, FromLog, Guarded, GuardedPage, Head, Limit, LogEvent, Origin,
+    Oversize, PartOutcome, PopulateError, PopulateSession, Reason, Refusal, ReplicateError,
+    Replicated, Watermark,
+};

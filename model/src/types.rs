@@ -414,6 +414,9 @@ pub enum AppendError {
     /// The request breaks a rule of the data model; nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A `genesis` append names a predecessor: wrong whatever the store holds.
+    #[error("invalid input: genesis: true requires prev_event_id: null")]
+    GenesisWithPrev,
     /// `prev_event_id` is not the current head (I1).
     #[error("not the head: expected {expected:?}, got {got:?}")]
     NotHead {

@@ -1,17 +1,19 @@
 //! `chainstore-node`: one member of a chainstore cluster.
 //!
-//! - [`node`]: [`Node`] — Raft, the chain store it applies to, and the leader-side write path
+//! The modules are private; what other crates use is re-exported below, by name.
+//!
+//! - `node`: [`Node`] — Raft, the chain store it applies to, and the leader-side write path
 //!   (latches, readiness, evaluation, proposal) and read barriers.
-//! - [`api`]: the HTTP API of SPEC §6 ([`app`] builds the router); [`raft_api`]: the `/raft/*`
+//! - `api`: the HTTP API of SPEC §6 ([`app`] builds the router); `raft_api`: the `/raft/*`
 //!   endpoints.
-//! - [`bootstrap`]: the automatic, once-only initialization of a deployed cluster.
-//! - [`network`]: openraft's RPCs over a [`Transport`] (reqwest in production), with this
+//! - `bootstrap`: the automatic, once-only initialization of a deployed cluster.
+//! - `network`: openraft's RPCs over a [`Transport`] (reqwest in production), with this
 //!   node's peer credential.
-//! - [`security`]: secrets, client tokens and roles, how peers and clients authenticate;
-//!   [`api::auth`] applies them per route.
-//! - [`server`]: the accept loop (TCP, TLS, HTTP/1.1); [`tls`]: the node's certificates,
+//! - `security`: secrets, client tokens and roles, how peers and clients authenticate;
+//!   `api::auth` applies them per route.
+//! - `server`: the accept loop (TCP, TLS, HTTP/1.1); `tls`: the node's certificates,
 //!   reloaded without a restart.
-//! - [`config`], [`metrics`], [`watched`], [`latch`]: configuration, Prometheus metrics, the
+//! - `config`, `metrics`, `watched`, `latch`: configuration, Prometheus metrics, the
 //!   engine wrapper that times writes and turns the first storage error into a stopped node,
 //!   per-execution latches.
 //!
@@ -20,23 +22,27 @@
 // openraft's error types are large; they are returned as they come.
 #![allow(clippy::result_large_err)]
 
-pub mod api;
-pub mod bootstrap;
-pub mod config;
-pub mod latch;
-pub mod metrics;
-pub mod network;
-pub mod node;
-pub mod raft_api;
-pub mod security;
-pub mod server;
-pub mod tls;
-pub mod watched;
+mod api;
+mod bootstrap;
+mod config;
+mod latch;
+mod metrics;
+mod network;
+mod node;
+mod raft_api;
+mod security;
+mod server;
+mod tls;
+mod watched;
 
 pub use api::app;
+pub use bootstrap::{bootstrap, parse_voters, Bootstrapped};
 pub use chainstore_transport::{
     ReqwestTransport, Role, Transport, TransportError, TransportOptions,
 };
 pub use config::{Limits, NodeConfig, RaftTimings};
+pub use network::{decode_snapshot_chunk, encode_snapshot_chunk};
 pub use node::{Consistency, ElectRequest, HandOff, Leader, Node, StartError};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};
+pub use server::{serve, ServeOptions};
+pub use tls::{NodeTls, Reloaded, TlsFiles};

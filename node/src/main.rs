@@ -1,7 +1,9 @@
 //! `chainstore-node`: runs one cluster member.
 //!
 //! Configuration comes from flags, then environment variables (`CHAINSTORE_*`), then an optional
-//! TOML file (`--config`), in that order of precedence.
+//! TOML file (`--config`), in that order of precedence. Every option is declared once, in
+//! [`Options`]: clap reads it from flags and the environment, serde from the file, and the two
+//! are layered field by field.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,9 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_node::bootstrap::{bootstrap, parse_voters, Bootstrapped};
-use chainstore_node::server::{serve, ServeOptions};
-use chainstore_node::tls::{NodeTls, Reloaded, TlsFiles};
+use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
+use chainstore_node::{serve, ServeOptions};
+use chainstore_node::{NodeTls, Reloaded, TlsFiles};
 use chainstore_node::{
     app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens,
     Transport, TransportOptions,
@@ -21,7 +23,7 @@ use chainstore_transport::ServerCheck;
 use clap::{Parser, Subcommand};
 use raft_store::raft::{restore_backup_from, BackupError, NodeId};
 use raft_store::{Engine, RocksEngine, RocksOptions};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,9 +37,20 @@ struct Cli {
     /// TOML file with defaults for any of the options below.
     #[arg(long, env = "CHAINSTORE_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    options: Options,
+}
+
+/// Every option of a node, declared once: a flag, an environment variable and a key of the TOML
+/// file (the field's name) each. A flag that is set (`true`) or a value that is given overrides
+/// the file's.
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Options {
     /// This node's id: a positive integer unique in the cluster, or a StatefulSet pod name
     /// ending in `-<ordinal>` (id = ordinal + 1).
     #[arg(long, env = "CHAINSTORE_ID")]
+    #[serde(deserialize_with = "number_or_text")]
     id: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "CHAINSTORE_LISTEN")]
@@ -142,37 +155,41 @@ enum Command {
     },
 }
 
-/// The TOML file: the same options, all optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    id: Option<u64>,
-    listen: Option<SocketAddr>,
-    advertise: Option<String>,
-    data_dir: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_client_ca: Option<PathBuf>,
-    tls_reload_poll_ms: Option<u64>,
-    insecure_no_tls: Option<bool>,
-    cluster_secret_file: Option<PathBuf>,
-    client_tokens_file: Option<PathBuf>,
-    insecure_no_client_auth: Option<bool>,
-    log_format: Option<String>,
-    heartbeat_ms: Option<u64>,
-    election_min_ms: Option<u64>,
-    election_max_ms: Option<u64>,
-    snapshot_after_entries: Option<u64>,
-    log_entries_kept: Option<u64>,
-    purge_batch_entries: Option<u64>,
-    block_cache_mib: Option<usize>,
-    write_buffer_mib: Option<usize>,
-    bootstrap_voters: Option<String>,
-    restore_from: Option<PathBuf>,
-    max_concurrent_requests: Option<usize>,
-    max_queued_requests: Option<usize>,
-    max_connections: Option<usize>,
-    header_read_timeout_ms: Option<u64>,
+/// The node id in the file: `id = 3` or `id = "chainstore-2"`.
+fn number_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(u64),
+        Text(String),
+    }
+    Ok(Option::<Id>::deserialize(d)?.map(|id| match id {
+        Id::Number(n) => n.to_string(),
+        Id::Text(text) => text,
+    }))
+}
+
+impl Options {
+    /// The file's options (none without a file) overridden by every option given here.
+    fn layered_over_file(self, file: Option<&PathBuf>) -> Result<Options, String> {
+        let Some(path) = file else {
+            return Ok(self);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let from_file: Options =
+            toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?;
+        let mut merged = serde_json::to_value(from_file).map_err(|e| e.to_string())?;
+        let given = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        if let (Some(merged), Some(given)) = (merged.as_object_mut(), given.as_object()) {
+            for (key, value) in given {
+                if !value.is_null() && *value != serde_json::Value::Bool(false) {
+                    merged.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        serde_json::from_value(merged).map_err(|e| e.to_string())
+    }
 }
 
 struct Settings {
@@ -206,23 +223,9 @@ fn parse_node_id(text: &str) -> Result<NodeId, String> {
 }
 
 fn settings(cli: Cli) -> Result<Settings, String> {
-    let file: FileConfig = match &cli.config {
-        None => FileConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?
-        }
-    };
-    let id = match (cli.id, file.id) {
-        (Some(text), _) => parse_node_id(&text)?,
-        (None, Some(id)) if id > 0 => id,
-        (None, Some(_)) => return Err("id must be a positive integer".into()),
-        (None, None) => return Err("--id is required".into()),
-    };
-    let bootstrap_voters = cli
-        .bootstrap_voters
-        .or(file.bootstrap_voters)
+    let o = cli.options.layered_over_file(cli.config.as_ref())?;
+    let id = parse_node_id(o.id.as_deref().ok_or("--id is required")?)?;
+    let bootstrap_voters = o.bootstrap_voters
         .map(|text| parse_voters(&text).map_err(|e| format!("--bootstrap-voters: {e}")))
         .transpose()?;
     if let Some(voters) = &bootstrap_voters {
@@ -230,26 +233,22 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             return Err(format!("--bootstrap-voters does not list this node ({id})"));
         }
     }
-    let restore_from = cli.restore_from.or(file.restore_from);
+    let restore_from = o.restore_from;
     if restore_from.is_some() && bootstrap_voters.is_none() {
         return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
-    let listen = cli.listen.or(file.listen).ok_or("--listen is required")?;
-    let advertise = cli
-        .advertise
-        .or(file.advertise)
+    let listen = o.listen.ok_or("--listen is required")?;
+    let advertise = o.advertise
         .unwrap_or_else(|| listen.to_string());
-    let data_dir = cli
-        .data_dir
-        .or(file.data_dir)
+    let data_dir = o.data_dir
         .ok_or("--data-dir is required")?;
     let tls = tls_files(
-        cli.tls_cert.or(file.tls_cert),
-        cli.tls_key.or(file.tls_key),
-        cli.tls_client_ca.or(file.tls_client_ca),
-        cli.insecure_no_tls || file.insecure_no_tls.unwrap_or(false),
+        o.tls_cert,
+        o.tls_key,
+        o.tls_client_ca,
+        o.insecure_no_tls,
     )?;
-    let secret = cluster_secret(cli.cluster_secret_file.or(file.cluster_secret_file))?;
+    let secret = cluster_secret(o.cluster_secret_file)?;
     let peer_auth = match (&tls, secret) {
         (Some(_), None) => PeerAuth::Certificate,
         (Some(_), Some(_)) => {
@@ -270,13 +269,12 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             )
         }
     };
-    let tokens = match cli.client_tokens_file.or(file.client_tokens_file) {
+    let tokens = match o.client_tokens_file {
         None => Tokens::default(),
         Some(path) => Tokens::parse(&read_secret_file(&path)?)
             .map_err(|e| format!("{}: {e}", path.display()))?,
     };
-    let insecure_no_client_auth =
-        cli.insecure_no_client_auth || file.insecure_no_client_auth.unwrap_or(false);
+    let insecure_no_client_auth = o.insecure_no_client_auth;
     if insecure_no_client_auth && !tokens.is_empty() {
         return Err(
             "--insecure-no-client-auth admits every client; a tokens file would do \
@@ -298,55 +296,52 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         insecure_no_client_auth,
     };
     let tls_reload_poll = Duration::from_millis(
-        cli.tls_reload_poll_ms
-            .or(file.tls_reload_poll_ms)
+        o.tls_reload_poll_ms
             .unwrap_or(10_000)
             .max(100),
     );
     let timings = &mut node.raft;
-    if let Some(ms) = cli.heartbeat_ms.or(file.heartbeat_ms) {
+    if let Some(ms) = o.heartbeat_ms {
         timings.heartbeat = Duration::from_millis(ms);
     }
-    if let Some(ms) = cli.election_min_ms.or(file.election_min_ms) {
+    if let Some(ms) = o.election_min_ms {
         timings.election_min = Duration::from_millis(ms);
     }
-    if let Some(ms) = cli.election_max_ms.or(file.election_max_ms) {
+    if let Some(ms) = o.election_max_ms {
         timings.election_max = Duration::from_millis(ms);
     }
-    if let Some(n) = cli.snapshot_after_entries.or(file.snapshot_after_entries) {
+    if let Some(n) = o.snapshot_after_entries {
         timings.snapshot_after_entries = n;
     }
-    if let Some(n) = cli.log_entries_kept.or(file.log_entries_kept) {
+    if let Some(n) = o.log_entries_kept {
         timings.log_entries_kept = n;
     }
-    if let Some(n) = cli.purge_batch_entries.or(file.purge_batch_entries) {
+    if let Some(n) = o.purge_batch_entries {
         timings.purge_batch_entries = n;
     }
     let limits = &mut node.limits;
-    if let Some(n) = cli.max_concurrent_requests.or(file.max_concurrent_requests) {
+    if let Some(n) = o.max_concurrent_requests {
         limits.concurrency_max = n;
     }
-    if let Some(n) = cli.max_queued_requests.or(file.max_queued_requests) {
+    if let Some(n) = o.max_queued_requests {
         limits.queue_max = n;
     }
-    if let Some(n) = cli.max_connections.or(file.max_connections) {
+    if let Some(n) = o.max_connections {
         limits.connections_max = n;
     }
-    if let Some(ms) = cli.header_read_timeout_ms.or(file.header_read_timeout_ms) {
+    if let Some(ms) = o.header_read_timeout_ms {
         limits.header_read_timeout = Duration::from_millis(ms.max(1));
     }
     let mut rocks = RocksOptions::new(&data_dir);
-    if let Some(mib) = cli.block_cache_mib.or(file.block_cache_mib) {
+    if let Some(mib) = o.block_cache_mib {
         rocks.block_cache_bytes = mib.max(1) << 20;
     }
-    if let Some(mib) = cli.write_buffer_mib.or(file.write_buffer_mib) {
+    if let Some(mib) = o.write_buffer_mib {
         rocks.write_buffer_bytes = mib.max(1) << 20;
     }
     // Snapshots are files next to the database, cleared at every start.
     node.snapshot_dir = Some(data_dir.join("snapshots"));
-    let log_format = cli
-        .log_format
-        .or(file.log_format)
+    let log_format = o.log_format
         .unwrap_or_else(|| "text".into());
     Ok(Settings {
         node,
@@ -569,15 +564,16 @@ async fn run(settings: Settings) -> Result<(), String> {
 /// `probe [URL]`: one GET, 0 when it answers 200. Without a URL, this node's own `/readyz`.
 fn probe(cli: &Cli, url: Option<&str>, ca_file: Option<&PathBuf>) -> std::process::ExitCode {
     let outcome = (|| -> Result<bool, String> {
-        let id = cli.id.as_deref().map(parse_node_id).transpose()?;
+        let id = cli.options.id.as_deref().map(parse_node_id).transpose()?;
         let (url, check) = match url {
             Some(url) => (url.to_string(), ServerCheck::Hostname),
             None => {
                 let port = cli
+                    .options
                     .listen
                     .ok_or("probe needs a URL or --listen (CHAINSTORE_LISTEN)")?
                     .port();
-                match (&cli.tls_cert, id) {
+                match (&cli.options.tls_cert, id) {
                     (None, _) => (
                         format!("http://127.0.0.1:{port}/readyz"),
                         ServerCheck::Hostname,
@@ -592,7 +588,7 @@ fn probe(cli: &Cli, url: Option<&str>, ca_file: Option<&PathBuf>) -> std::proces
                 }
             }
         };
-        let roots_pem = match ca_file.or(cli.tls_client_ca.as_ref()) {
+        let roots_pem = match ca_file.or(cli.options.tls_client_ca.as_ref()) {
             Some(path) => Some(
                 std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
             ),
@@ -669,7 +665,47 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_node_id;
+    use super::{parse_node_id, Cli, Options};
+    use clap::Parser;
+
+    fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn flags_override_the_file_option_by_option() {
+        let (_dir, path) = file(
+            "id = 3\nlisten = \"127.0.0.1:7003\"\ninsecure_no_tls = true\nheartbeat_ms = 70\n",
+        );
+        let cli = Cli::try_parse_from([
+            "chainstore-node",
+            "--listen",
+            "127.0.0.1:9000",
+            "--election-min-ms",
+            "400",
+        ])
+        .unwrap();
+        let o: Options = cli.options.layered_over_file(Some(&path)).unwrap();
+        assert_eq!(o.id.as_deref(), Some("3"));
+        assert_eq!(o.listen, Some("127.0.0.1:9000".parse().unwrap()));
+        assert!(o.insecure_no_tls, "a flag left unset keeps the file's true");
+        assert_eq!((o.heartbeat_ms, o.election_min_ms), (Some(70), Some(400)));
+        let (_dir, path) = file("id = \"chainstore-2\"\n");
+        let o = Options::default().layered_over_file(Some(&path)).unwrap();
+        assert_eq!(o.id.as_deref().map(parse_node_id), Some(Ok(3)));
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_refused_by_name() {
+        let (_dir, path) = file("id = 1\nheartbeat = 70\n");
+        let err = Options::default()
+            .layered_over_file(Some(&path))
+            .unwrap_err();
+        assert!(err.contains("heartbeat"), "{err}");
+    }
 
     #[test]
     fn node_ids_are_numbers_or_pod_ordinals() {

@@ -234,7 +234,7 @@ fn write_error_label(err: &WriteError) -> &'static str {
         WriteError::Append(AppendError::NotHead { .. }) => "not_head",
         WriteError::Append(AppendError::EventConflict { .. }) => "event_conflict",
         WriteError::Append(AppendError::Forked(_)) => "forked",
-        WriteError::Append(AppendError::InvalidInput(_))
+        WriteError::Append(AppendError::InvalidInput(_) | AppendError::GenesisWithPrev)
         | WriteError::Populate(PopulateError::InvalidInput(_)) => "invalid_input",
         WriteError::Append(AppendError::TooLarge(_))
         | WriteError::Populate(PopulateError::TooLarge(_)) => "too_large",

@@ -30,11 +30,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
+use raft_store::api::headers::CLUSTER_SECRET;
 
 use crate::security::{PeerAuth, Secret};
 
-/// Header that carries the cluster secret on every peer request of a plaintext cluster.
-pub const SECRET_HEADER: &str = "x-chainstore-secret";
 
 /// How this node addresses a request to a peer: over TLS, the peer named by [`ExpectPeer`]
 /// (the transport then accepts only that peer's certificate and presents this node's); on a
@@ -73,7 +72,7 @@ impl PeerCredentials {
             .uri(format!("{scheme}://{addr}{path_and_query}"))
             .extension(ExpectPeer(peer));
         if let Some(secret) = &self.secret {
-            request = request.header(SECRET_HEADER, secret.expose());
+            request = request.header(CLUSTER_SECRET, secret.expose());
         }
         request
     }

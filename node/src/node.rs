@@ -98,14 +98,9 @@ pub enum ReadError {
     },
 }
 
-/// How fresh a read must be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Consistency {
-    /// Reflects every write acknowledged before the read started (read index via the leader).
-    Linearizable,
-    /// This node's own applied state, whatever it is.
-    Local,
-}
+/// How fresh a read must be: linearizable (a read index via the leader) or this node's own
+/// applied state. The API's type.
+pub use raft_store::api::Consistency;
 
 /// Why a membership change failed.
 #[derive(Debug, thiserror::Error)]
@@ -545,9 +540,8 @@ impl Node {
                 }
             }
             Err(AppendError::Storage(err)) => Err(WriteError::Storage(err)),
-            Err(err @ (AppendError::InvalidInput(_) | AppendError::TooLarge(_)))
-                if is_shape_error(request, &err) =>
-            {
+            // Errors of the request alone need no leadership confirmation.
+            Err(err @ (AppendError::GenesisWithPrev | AppendError::TooLarge(_))) => {
                 Err(WriteError::Append(err))
             }
             Err(err) => {
@@ -865,15 +859,6 @@ pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
         .addr
         .clone();
     Some(Leader { id, addr })
-}
-
-/// True for an error that depends only on the request, not on stored state: it needs no
-/// leadership confirmation.
-fn is_shape_error(request: &AppendRequest, err: &AppendError) -> bool {
-    matches!(err, AppendError::TooLarge(_))
-        || (matches!(err, AppendError::InvalidInput(_))
-            && request.genesis
-            && request.prev_event_id.is_some())
 }
 
 fn populate_error(err: PopulateError) -> WriteError {

@@ -300,7 +300,7 @@ fn snapshot_from(from: u64, term: u64) -> Vec<u8> {
         data: Vec::new(),
         done: true,
     };
-    chainstore_node::network::encode_snapshot_chunk(&request)
+    chainstore_node::encode_snapshot_chunk(&request)
         .expect("framed")
         .to_vec()
 }

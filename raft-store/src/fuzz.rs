@@ -217,7 +217,8 @@ pub fn store_targets() -> Vec<Target> {
         (b"m/format".to_vec(), codec::encode_format(1)),
     ];
     let snapshot = snapshot::encode(1, &pairs).expect("encodes");
-    let entries: Vec<Vec<u8>> = [
+    // Entries in the previous format (JSON) and in the current one.
+    let mut entries: Vec<Vec<u8>> = [
         json!({"log_id": {"leader_id": {"term": 1, "node_id": 1}, "index": 1}, "payload": "Blank"}),
         json!({"log_id": {"leader_id": {"term": 2, "node_id": 3}, "index": 7},
                "payload": {"Membership": {"configs": [[1, 2, 3]],
@@ -226,6 +227,32 @@ pub fn store_targets() -> Vec<Target> {
     .iter()
     .map(|v| serde_json::to_vec(v).expect("json"))
     .collect();
+    let effect = crate::chain::Effect {
+        execution_id: exec(),
+        head_check: crate::chain::HeadCheck::Expect(Some(Head {
+            exec_seq: 1,
+            event_id: id("e1"),
+        })),
+        events: vec![event.clone()],
+        watermark: Some(Watermark {
+            first_seq: 1,
+            through_seq: 2,
+        }),
+        coverage: crate::chain::CoverageChange::Keep,
+        session: crate::chain::SessionChange::Clear,
+    };
+    for entry in [
+        openraft::Entry::<TypeConfig> {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 9),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effect(effect)),
+        },
+        openraft::Entry::<TypeConfig> {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 10),
+            payload: openraft::EntryPayload::Blank,
+        },
+    ] {
+        entries.push(crate::raft::entry_codec::encode_entry(&entry).expect("encodes"));
+    }
     vec![
         Target {
             name: "stored event",
@@ -286,7 +313,7 @@ pub fn store_targets() -> Vec<Target> {
             name: "raft log entry",
             seeds: entries,
             decode: |bytes| {
-                let _ = serde_json::from_slice::<openraft::Entry<TypeConfig>>(bytes);
+                let _ = crate::raft::entry_codec::decode_entry(bytes);
             },
         },
         Target {

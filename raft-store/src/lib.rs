@@ -9,7 +9,8 @@
 //!   evaluated into [`Effect`]s and applied as one atomic batch each.
 //! - [`raft`]: the openraft log store and state machine over the same engine: each committed
 //!   entry's effect and its log id in one batch; snapshots from one point-in-time scan.
-//! - the data model (ids, events, outcomes) comes from `chainstore-model` and is re-exported.
+//! - the data model (ids, events, outcomes) and the HTTP contract ([`api`]) come from
+//!   `chainstore-model` and are re-exported by name.
 //!
 //! This crate knows nothing about HTTP or the Raft network.
 
@@ -19,8 +20,18 @@ pub mod engine;
 pub mod fuzz;
 pub mod raft;
 
-pub use chain::*;
-pub use chainstore_model::*;
+pub use chain::{
+    AppendPlan, Applied, ApplyError, ChainStore, ChangePage, CoverageChange, Effect, HeadCheck,
+    OpenError, PageBounds, PartPlan, PopulatePlan, SessionChange, SessionRecord, StoreConfig,
+    CHANGES_PAGE_MAX, FORMAT_VERSION,
+};
+pub use chainstore_model::{
+    api, order_by_links, order_segment, validate_id, AppendError, AppendRequest, Appended,
+    Authority, ChainEvent, ChainPage, Change, Completeness, Coverage, EventId, ExecutionId,
+    ExecutionState, Fork, FromLog, Guarded, GuardedPage, Head, InvalidId, Limit, LogEvent, Origin,
+    Oversize, PartOutcome, PopulateError, PopulateSession, Reason, Refusal, ReplicateError,
+    Replicated, SessionId, Watermark, ID_BYTES_MAX,
+};
 pub use engine::{
     CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError,
 };

@@ -250,7 +250,7 @@ fn resolve(op: &Op, model: &Model) -> (usize, Request) {
 
 fn norm_append(r: Result<raft_store::Appended, AppendError>) -> String {
     match r {
-        Err(AppendError::InvalidInput(_)) => "invalid_input".into(),
+        Err(AppendError::InvalidInput(_) | AppendError::GenesisWithPrev) => "invalid_input".into(),
         other => format!("{other:?}"),
     }
 }

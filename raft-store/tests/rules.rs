@@ -187,7 +187,7 @@ fn genesis_with_a_prev_is_invalid_input() {
     bad.prev_event_id = Some(eid("e0"));
     assert!(matches!(
         store.append(&exec("g"), &bad, 1),
-        Err(AppendError::InvalidInput(_))
+        Err(AppendError::GenesisWithPrev)
     ));
     assert_eq!(
         store.authority(&exec("g")).unwrap(),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainstore_check::{Answer, Entry, Op, Verdict};
-use chainstore_client::{Consistency, Guarded, ReadOptions};
+use chainstore_client::{Consistency, Guarded, RaftRole, ReadOptions};
 use clap::Parser;
 
 use chaos::rng::SimRng as Rng;
@@ -389,7 +389,7 @@ async fn leader_of(urls: &[String]) -> Option<u64> {
     for url in urls {
         let client = single_node_client(url, Duration::from_millis(500));
         if let Ok(status) = client.cluster().await {
-            if status.state == "leader" {
+            if status.state == RaftRole::Leader {
                 return Some(status.node_id);
             }
         }

@@ -141,7 +141,7 @@ impl InProcCluster {
             Formation::Bootstrap => {
                 let mut outcomes = Vec::new();
                 for r in running.values() {
-                    outcomes.push(tokio::spawn(chainstore_node::bootstrap::bootstrap(
+                    outcomes.push(tokio::spawn(chainstore_node::bootstrap(
                         Arc::clone(&r.node),
                         members.clone(),
                         Duration::from_millis(100),
@@ -149,9 +149,9 @@ impl InProcCluster {
                 }
                 for (id, outcome) in (1..=n).zip(outcomes) {
                     let expected = if id == 1 {
-                        chainstore_node::bootstrap::Bootstrapped::Initialized
+                        chainstore_node::Bootstrapped::Initialized
                     } else {
-                        chainstore_node::bootstrap::Bootstrapped::NotBootstrapper
+                        chainstore_node::Bootstrapped::NotBootstrapper
                     };
                     assert_eq!(outcome.await.expect("bootstrap"), expected, "node {id}");
                 }

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use chainstore_transport::{CertificateIdentity, Identity, Role};
 
 use super::error::ApiError;
-use crate::network::SECRET_HEADER;
+use raft_store::api::headers::CLUSTER_SECRET;
 use crate::node::Node;
 use crate::security::PeerAuth;
 
@@ -107,7 +107,7 @@ fn authenticate(
             )),
         };
     }
-    if let Some(offered) = headers.get(SECRET_HEADER) {
+    if let Some(offered) = headers.get(CLUSTER_SECRET) {
         return match &node.config().peer_auth {
             PeerAuth::Secret(secret) if secret.matches(offered.as_bytes()) => {
                 Ok(Caller::Peer(None))

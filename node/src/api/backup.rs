@@ -7,16 +7,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
+use raft_store::api::{headers::LAST_LOG_INDEX, ReadQuery};
 use raft_store::raft::{begin_backup, BackupError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::ApiError;
-use super::executions::{read_barrier, ReadQuery, Relay};
+use super::executions::{read_barrier, Relay};
 use super::extract::parse_query;
 use crate::node::Node;
-
-/// Header naming the last log index a backup includes.
-pub const LAST_LOG_INDEX_HEADER: &str = "x-chainstore-last-log-index";
 
 /// Bytes handed to the response at a time; with [`PIECES_IN_FLIGHT`], the most a download holds
 /// in memory.
@@ -36,7 +34,7 @@ pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -
             &node,
             &uri,
             &headers,
-            (query.consistency.as_deref(), query.min_index),
+            query,
             Relay::Streamed,
         );
         if let Err(response) = barrier.await {
@@ -81,7 +79,7 @@ pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
         );
-        headers.insert(LAST_LOG_INDEX_HEADER, HeaderValue::from(last_log_id.index));
+        headers.insert(LAST_LOG_INDEX, HeaderValue::from(last_log_id.index));
         Ok::<_, ApiError>(response)
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)

@@ -1,6 +1,5 @@
 //! `/v1/cluster...`: status and membership.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -9,22 +8,22 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use openraft::ServerState;
-use raft_store::raft::NodeId;
-use serde::Deserialize;
-use serde_json::json;
+use raft_store::api::{
+    ClusterStatus, InitAnswer, InitBody, LearnerBody, MembershipAnswer, RaftRole, VotersBody,
+};
 
 use super::error::ApiError;
 use super::extract::{parse_json, read_body};
 use super::forward::forward;
 use crate::node::{MembershipError, Node};
 
-fn state_name(state: ServerState) -> &'static str {
+fn role(state: ServerState) -> RaftRole {
     match state {
-        ServerState::Leader => "leader",
-        ServerState::Follower => "follower",
-        ServerState::Candidate => "candidate",
-        ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
+        ServerState::Leader => RaftRole::Leader,
+        ServerState::Follower => RaftRole::Follower,
+        ServerState::Candidate => RaftRole::Candidate,
+        ServerState::Learner => RaftRole::Learner,
+        ServerState::Shutdown => RaftRole::Shutdown,
     }
 }
 
@@ -32,32 +31,23 @@ fn state_name(state: ServerState) -> &'static str {
 pub async fn status(State(node): State<Arc<Node>>) -> Response {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
-    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-    let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
-    let nodes: BTreeMap<String, String> = membership
-        .nodes()
-        .map(|(id, n)| (id.to_string(), n.addr.clone()))
-        .collect();
-    Json(json!({
-        "node_id": node.id(),
-        "state": state_name(m.state),
-        "leader_id": m.current_leader,
-        "term": m.current_term,
-        "voters": voters,
-        "learners": learners,
-        "nodes": nodes,
-        "last_log_index": m.last_log_index.unwrap_or(0),
-        "last_applied": m.last_applied.as_ref().map_or(0, |id| id.index),
-        "snapshot_index": m.snapshot.as_ref().map_or(0, |id| id.index),
-        "purged_index": m.purged.as_ref().map_or(0, |id| id.index),
-    }))
+    Json(ClusterStatus {
+        node_id: node.id(),
+        state: role(m.state),
+        leader_id: m.current_leader,
+        term: m.current_term,
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        nodes: membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect(),
+        last_log_index: m.last_log_index.unwrap_or(0),
+        last_applied: m.last_applied.as_ref().map_or(0, |id| id.index),
+        snapshot_index: m.snapshot.as_ref().map_or(0, |id| id.index),
+        purged_index: m.purged.as_ref().map_or(0, |id| id.index),
+    })
     .into_response()
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InitBody {
-    nodes: BTreeMap<NodeId, String>,
 }
 
 /// `POST /v1/cluster/init` — on one fresh node.
@@ -71,22 +61,9 @@ pub async fn init(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body)
             ));
         }
         node.initialize(request.nodes).await?;
-        Ok(Json(json!({ "initialized": true })).into_response())
+        Ok(Json(InitAnswer { initialized: true }).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LearnerBody {
-    node_id: NodeId,
-    addr: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VotersBody {
-    voters: BTreeSet<NodeId>,
 }
 
 /// Runs a membership change on the leader, forwarding when this node is not it.
@@ -106,7 +83,7 @@ where
         let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
         let request: T = parse_json(&bytes)?;
         match run(Arc::clone(&node), request).await {
-            Ok(()) => Ok(Json(json!({ "ok": true })).into_response()),
+            Ok(()) => Ok(Json(MembershipAnswer { ok: true }).into_response()),
             Err(MembershipError::NotLeader(leader)) => {
                 Ok(forward(&node, leader, Method::POST, &uri, &headers, bytes).await)
             }

@@ -1,13 +1,14 @@
 //! [`ApiError`]: every error the HTTP API answers, mapped to a status, a code and a JSON body
-//! `{"error": code, "message": ..., ...fields}`. Internals never leak beyond the message.
+//! [`ErrorBody`] (`{"error": code, "message": ..., ...fields}`). Internals never leak beyond the
+//! message.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use raft_store::api::ErrorBody;
 use raft_store::raft::Rejection;
 use raft_store::{
     AppendError, EventId, Fork, Oversize, PopulateError, ReplicateError, StorageError,
 };
-use serde_json::{json, Map, Value};
 
 use crate::node::{MembershipError, ReadError, WriteError};
 
@@ -94,85 +95,61 @@ impl ApiError {
         }
     }
 
-    fn parts(&self) -> (StatusCode, &'static str, String, Map<String, Value>) {
-        let mut fields = Map::new();
-        let (status, code, message) = match self {
-            ApiError::InvalidInput(m) => (StatusCode::BAD_REQUEST, "invalid_input", m.clone()),
-            ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m.clone()),
-            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
-            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone()),
-            ApiError::MethodNotAllowed(m) => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                m.clone(),
-            ),
-            ApiError::NotHead { expected, got } => {
-                fields.insert("expected".into(), json!(expected));
-                fields.insert("got".into(), json!(got));
-                (
-                    StatusCode::CONFLICT,
-                    "not_head",
-                    "prev_event_id is not the head of the execution".into(),
-                )
-            }
-            ApiError::EventConflict { event_id, exec_seq } => {
-                fields.insert("event_id".into(), json!(event_id));
-                fields.insert("exec_seq".into(), json!(exec_seq));
-                (
-                    StatusCode::CONFLICT,
-                    "event_conflict",
-                    format!("event {event_id} is already stored at seq {exec_seq} with different content"),
-                )
-            }
-            ApiError::Forked { what, fork } => {
-                fields.insert("fork".into(), json!(fork));
-                (
-                    StatusCode::CONFLICT,
-                    "forked",
-                    format!("the {what} would fork the chain: {fork}"),
-                )
-            }
+    /// The error's body, as the API's contract types it.
+    pub fn body(&self) -> ErrorBody {
+        match self {
+            ApiError::InvalidInput(m) => ErrorBody::InvalidInput { message: m.clone() },
+            ApiError::Unauthorized(m) => ErrorBody::Unauthorized { message: m.clone() },
+            ApiError::Forbidden(m) => ErrorBody::Forbidden { message: m.clone() },
+            ApiError::NotFound(m) => ErrorBody::NotFound { message: m.clone() },
+            ApiError::MethodNotAllowed(m) => ErrorBody::MethodNotAllowed { message: m.clone() },
+            ApiError::NotHead { expected, got } => ErrorBody::NotHead {
+                message: "prev_event_id is not the head of the execution".into(),
+                expected: expected.clone(),
+                got: got.clone(),
+            },
+            ApiError::EventConflict { event_id, exec_seq } => ErrorBody::EventConflict {
+                message: format!(
+                    "event {event_id} is already stored at seq {exec_seq} with different content"
+                ),
+                event_id: event_id.clone(),
+                exec_seq: *exec_seq,
+            },
+            ApiError::Forked { what, fork } => ErrorBody::Forked {
+                message: format!("the {what} would fork the chain: {fork}"),
+                fork: fork.clone(),
+            },
             ApiError::SessionConflict {
                 next_position,
-                message,
-            } => {
-                fields.insert("next_position".into(), json!(next_position));
-                (StatusCode::CONFLICT, "session_conflict", message.clone())
+                message: m,
+            } => ErrorBody::SessionConflict {
+                message: m.clone(),
+                next_position: *next_position,
+            },
+            ApiError::Refused(m) => ErrorBody::Refused { message: m.clone() },
+            ApiError::TooLarge { oversize, message: m } => {
+                ErrorBody::too_large(*oversize, m.clone())
             }
-            ApiError::Refused(m) => (StatusCode::CONFLICT, "refused", m.clone()),
-            ApiError::TooLarge { oversize, message } => {
-                fields.insert("what".into(), json!(oversize.what));
-                fields.insert("size".into(), json!(oversize.size));
-                fields.insert("limit".into(), json!(oversize.limit));
-                (StatusCode::PAYLOAD_TOO_LARGE, "too_large", message.clone())
-            }
-            ApiError::NoLeader(m) => (StatusCode::SERVICE_UNAVAILABLE, "no_leader", m.clone()),
+            ApiError::NoLeader(m) => ErrorBody::NoLeader { message: m.clone() },
             ApiError::Unavailable {
-                message,
+                message: m,
                 applied_index,
-            } => {
-                if let Some(index) = applied_index {
-                    fields.insert("applied_index".into(), json!(index));
-                }
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    message.clone(),
-                )
-            }
-            ApiError::Overloaded(m) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", m.clone()),
-            ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m.clone()),
-        };
-        (status, code, message, fields)
+            } => ErrorBody::Unavailable {
+                message: m.clone(),
+                applied_index: *applied_index,
+            },
+            ApiError::Overloaded(m) => ErrorBody::Overloaded { message: m.clone() },
+            ApiError::Internal(m) => ErrorBody::Internal { message: m.clone() },
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code, message, mut fields) = self.parts();
-        fields.insert("error".into(), json!(code));
-        fields.insert("message".into(), json!(message));
-        let mut response = (status, axum::Json(Value::Object(fields))).into_response();
+        let body = self.body();
+        let status =
+            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
@@ -222,6 +199,7 @@ impl From<WriteError> for ApiError {
             }
             WriteError::Append(err) => match err {
                 AppendError::InvalidInput(m) => ApiError::InvalidInput(m),
+                err @ AppendError::GenesisWithPrev => ApiError::InvalidInput(err.to_string()),
                 AppendError::TooLarge(oversize) => ApiError::too_large(oversize),
                 AppendError::NotHead { expected, got } => ApiError::NotHead { expected, got },
                 AppendError::EventConflict { event_id, exec_seq } => {

@@ -8,73 +8,45 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use raft_store::{
-    AppendRequest, ChainEvent, ExecutionId, FromLog, GuardedPage, Limit, LogEvent, Oversize,
-    PageBounds, PartOutcome, PopulateSession,
+use raft_store::api::{
+    AppendAnswer, ChainAnswer, ChainQuery, ChangesAnswer, ChangesQuery, PopulateAnswer,
+    PopulateBody, RawChainAnswer, ReadQuery, ReplicatedBody, StateAnswer,
 };
-use serde::Deserialize;
-use serde_json::{json, Value};
+use raft_store::{AppendRequest, ExecutionId, GuardedPage, Limit, Oversize, PageBounds};
+use serde::Serialize;
 
 use super::error::ApiError;
 use super::extract::{event_id, execution_id, parse_json, parse_query, read_body, PathParams};
 use super::forward::{forward, forward_streamed, set_leader_header};
-use crate::node::{Consistency, Node, ReadError, WriteError};
-
-/// The query of every read: `consistency=linearizable|local`, `min_index=N`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ReadQuery {
-    pub(super) consistency: Option<String>,
-    pub(super) min_index: Option<u64>,
-}
-
-/// The query of `chain` and `chain/raw`: a read's parameters and, for a paged read, where the
-/// page starts (`from_seq`, from 1), how many events it may hold (`limit`) and the last sequence
-/// wanted (`to_seq`: a reader pins it to its first page's `through_seq`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChainQuery {
-    consistency: Option<String>,
-    min_index: Option<u64>,
-    from_seq: Option<u64>,
-    to_seq: Option<u64>,
-    limit: Option<usize>,
-}
+use crate::node::{Node, ReadError, WriteError};
 
 /// Events in a page when the reader names no `limit`.
 const PAGE_EVENTS_DEFAULT: usize = 1_000;
 
-impl ChainQuery {
-    /// Whether the reader asked for a page (any of the paging parameters).
-    fn paged(&self) -> bool {
-        self.from_seq.is_some() || self.to_seq.is_some() || self.limit.is_some()
+/// A chain read's page bounds, or 400 for out-of-range parameters.
+fn bounds(query: &ChainQuery, limits: &crate::config::Limits) -> Result<PageBounds, ApiError> {
+    if query.from_seq == Some(0) || query.to_seq == Some(0) {
+        return Err(ApiError::InvalidInput(
+            "from_seq and to_seq count from 1".into(),
+        ));
     }
-
-    /// The page's bounds, or 400 for out-of-range parameters.
-    fn bounds(&self, limits: &crate::config::Limits) -> Result<PageBounds, ApiError> {
-        if self.from_seq == Some(0) || self.to_seq == Some(0) {
-            return Err(ApiError::InvalidInput(
-                "from_seq and to_seq count from 1".into(),
-            ));
+    let events_max = match query.limit {
+        Some(limit) if limit == 0 || limit > limits.read_page_events_max => {
+            return Err(ApiError::InvalidInput(format!(
+                "limit must be between 1 and {}",
+                limits.read_page_events_max
+            )))
         }
-        let events_max = match self.limit {
-            Some(limit) if limit == 0 || limit > limits.read_page_events_max => {
-                return Err(ApiError::InvalidInput(format!(
-                    "limit must be between 1 and {}",
-                    limits.read_page_events_max
-                )))
-            }
-            Some(limit) => limit,
-            None if self.paged() => PAGE_EVENTS_DEFAULT.min(limits.read_page_events_max),
-            None => usize::MAX,
-        };
-        Ok(PageBounds {
-            from_seq: self.from_seq.unwrap_or(1),
-            to_seq: self.to_seq,
-            events_max,
-            bytes_max: limits.read_bytes_max,
-        })
-    }
+        Some(limit) => limit,
+        None if query.paged() => PAGE_EVENTS_DEFAULT.min(limits.read_page_events_max),
+        None => usize::MAX,
+    };
+    Ok(PageBounds {
+        from_seq: query.from_seq.unwrap_or(1),
+        to_seq: query.to_seq,
+        events_max,
+        bytes_max: limits.read_bytes_max,
+    })
 }
 
 /// 413 for an unpaged read whose answer would pass the byte cap.
@@ -90,25 +62,6 @@ fn too_large_unpaged(exec: &ExecutionId, limits: &crate::config::Limits) -> ApiE
              read it in pages with from_seq and limit",
             limits.read_bytes_max
         ),
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChangesQuery {
-    after: Option<u64>,
-    limit: Option<usize>,
-    consistency: Option<String>,
-    min_index: Option<u64>,
-}
-
-fn consistency(raw: Option<&str>) -> Result<Consistency, ApiError> {
-    match raw {
-        None | Some("linearizable") => Ok(Consistency::Linearizable),
-        Some("local") => Ok(Consistency::Local),
-        Some(other) => Err(ApiError::InvalidInput(format!(
-            "consistency must be linearizable or local, not {other:?}"
-        ))),
     }
 }
 
@@ -160,11 +113,11 @@ pub(super) async fn read_barrier(
     node: &Arc<Node>,
     uri: &Uri,
     headers: &HeaderMap,
-    (consistency_raw, min_index): (Option<&str>, Option<u64>),
+    query: ReadQuery,
     relay: Relay,
 ) -> Result<u64, Response> {
-    let level = consistency(consistency_raw).map_err(IntoResponse::into_response)?;
-    match node.read_barrier(level, min_index).await {
+    let level = query.consistency.unwrap_or_default();
+    match node.read_barrier(level, query.min_index).await {
         Ok(applied) => Ok(applied),
         Err(ReadError::NotLeader(leader)) => Err(match relay {
             Relay::Whole => forward(node, leader, Method::GET, uri, headers, Bytes::new()).await,
@@ -190,47 +143,17 @@ pub async fn append(
         body,
         |node, exec, request: AppendRequest| async move {
             let appended = node.append(&exec, &request).await?;
-            Ok(Json(json!({
-                "execution_id": exec,
-                "event_id": request.event_id,
-                "exec_seq": appended.exec_seq,
-                "commit_index": appended.commit_index,
-                "duplicate": appended.duplicate,
-            }))
+            Ok(Json(AppendAnswer {
+                execution_id: exec,
+                event_id: request.event_id,
+                exec_seq: appended.exec_seq,
+                commit_index: appended.commit_index,
+                duplicate: appended.duplicate,
+            })
             .into_response())
         },
     )
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PopulateBody {
-    events: Vec<LogEvent>,
-    /// Present when the body is one part of a longer log.
-    #[serde(default)]
-    session: Option<PopulateSession>,
-}
-
-/// The wire form of a populate outcome (`extended` when an in-sync populate appended).
-fn from_log_json(outcome: &FromLog) -> Value {
-    let mut body = match outcome {
-        FromLog::InSync { total, appended } => json!({ "total": total, "appended": appended }),
-        FromLog::StaleLog {
-            stored_len,
-            log_len,
-        } => json!({ "stored_len": stored_len, "log_len": log_len }),
-        FromLog::Diverged {
-            at_position,
-            stored,
-            log,
-        } => {
-            json!({ "at_position": at_position, "stored": stored, "log": log })
-        }
-        FromLog::Refused { reason } => json!({ "reason": reason.as_str() }),
-    };
-    body["outcome"] = json!(outcome.label());
-    body
 }
 
 /// `POST /v1/executions/{id}/populate`
@@ -248,32 +171,16 @@ pub async fn populate(
         headers,
         body,
         |node, exec, request: PopulateBody| async move {
-            let body = match &request.session {
-                None => from_log_json(&node.populate(&exec, &request.events).await?),
-                Some(session) => match node.populate_part(&exec, session, &request.events).await? {
-                    PartOutcome::Accepted {
-                        next_position,
-                        total,
-                        appended,
-                    } => json!({
-                        "outcome": "part_accepted",
-                        "next_position": next_position,
-                        "total": total,
-                        "appended": appended,
-                    }),
-                    PartOutcome::Finished(outcome) => from_log_json(&outcome),
-                },
+            let answer = match &request.session {
+                None => PopulateAnswer::from(&node.populate(&exec, &request.events).await?),
+                Some(session) => {
+                    PopulateAnswer::from(&node.populate_part(&exec, session, &request.events).await?)
+                }
             };
-            Ok(Json(body).into_response())
+            Ok(Json(answer).into_response())
         },
     )
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReplicatedBody {
-    events: Vec<ChainEvent>,
 }
 
 /// `POST /v1/executions/{id}/replicated`
@@ -292,64 +199,46 @@ pub async fn replicated(
         body,
         |node, exec, request: ReplicatedBody| async move {
             let done = node.replicated(&exec, &request.events).await?;
-            Ok(
-                Json(json!({ "applied": done.applied, "duplicates": done.duplicates }))
-                    .into_response(),
-            )
+            Ok(Json(done).into_response())
         },
     )
     .await
 }
 
-/// The parameters every read takes.
+/// The queries that carry a read's parameters.
 trait ReadParams {
-    fn consistency(&self) -> Option<&str>;
-    fn min_index(&self) -> Option<u64>;
+    fn read(&self) -> ReadQuery;
 }
 
 impl ReadParams for ReadQuery {
-    fn consistency(&self) -> Option<&str> {
-        self.consistency.as_deref()
-    }
-    fn min_index(&self) -> Option<u64> {
-        self.min_index
+    fn read(&self) -> ReadQuery {
+        *self
     }
 }
 
 impl ReadParams for ChainQuery {
-    fn consistency(&self) -> Option<&str> {
-        self.consistency.as_deref()
-    }
-    fn min_index(&self) -> Option<u64> {
-        self.min_index
+    fn read(&self) -> ReadQuery {
+        ChainQuery::read(self)
     }
 }
 
 impl ReadParams for ChangesQuery {
-    fn consistency(&self) -> Option<&str> {
-        self.consistency.as_deref()
-    }
-    fn min_index(&self) -> Option<u64> {
-        self.min_index
+    fn read(&self) -> ReadQuery {
+        ChangesQuery::read(self)
     }
 }
 
 /// Runs a read: decodes the query, passes the read barrier (or forwards to the leader), then
 /// answers from the store with `answer(query, applied_index)`.
-async fn read<Q, F>(node: &Arc<Node>, uri: &Uri, headers: &HeaderMap, answer: F) -> Response
+async fn read<Q, A, F>(node: &Arc<Node>, uri: &Uri, headers: &HeaderMap, answer: F) -> Response
 where
     Q: serde::de::DeserializeOwned + ReadParams,
-    F: FnOnce(Q, u64) -> Result<Value, ApiError>,
+    A: Serialize,
+    F: FnOnce(Q, u64) -> Result<A, ApiError>,
 {
     let outcome = async {
         let query: Q = parse_query(uri)?;
-        let barrier = read_barrier(
-            node,
-            uri,
-            headers,
-            (query.consistency(), query.min_index()),
-            Relay::Whole,
-        );
+        let barrier = read_barrier(node, uri, headers, query.read(), Relay::Whole);
         let applied_index = match barrier.await {
             Ok(applied) => applied,
             Err(response) => return Ok(response),
@@ -374,29 +263,28 @@ pub async fn chain(
     };
     read(&node, &uri, &headers, |query: ChainQuery, applied_index| {
         let limits = &node.config().limits;
-        let bounds = query.bounds(limits)?;
-        let answer = node.store().chain_page_if_authoritative(&exec, bounds)?;
+        let answer = node
+            .store()
+            .chain_page_if_authoritative(&exec, bounds(&query, limits)?)?;
         node.metrics().record_guarded(&answer);
         Ok(match answer {
             GuardedPage::Authoritative(page) => {
                 if !query.paged() && page.next_from_seq.is_some() {
                     return Err(too_large_unpaged(&exec, limits));
                 }
-                json!({
-                    "execution_id": exec,
-                    "answer": "authoritative",
-                    "events": page.events,
-                    "applied_index": applied_index,
-                    "through_seq": page.through_seq,
-                    "next_from_seq": page.next_from_seq,
-                })
+                ChainAnswer::Authoritative {
+                    execution_id: exec.clone(),
+                    events: page.events,
+                    applied_index,
+                    through_seq: page.through_seq,
+                    next_from_seq: page.next_from_seq,
+                }
             }
-            GuardedPage::CannotAnswer(reason) => json!({
-                "execution_id": exec,
-                "answer": "cannot_answer",
-                "reason": reason.as_str(),
-                "applied_index": applied_index,
-            }),
+            GuardedPage::CannotAnswer(reason) => ChainAnswer::CannotAnswer {
+                execution_id: exec.clone(),
+                reason,
+                applied_index,
+            },
         })
     })
     .await
@@ -415,16 +303,17 @@ pub async fn chain_raw(
     };
     read(&node, &uri, &headers, |query: ChainQuery, applied_index| {
         let limits = &node.config().limits;
-        let bounds = query.bounds(limits)?;
-        let (events, next_from_seq) = node.store().chain_raw_page(&exec, bounds)?;
+        let (events, next_from_seq) = node
+            .store()
+            .chain_raw_page(&exec, bounds(&query, limits)?)?;
         if !query.paged() && next_from_seq.is_some() {
             return Err(too_large_unpaged(&exec, limits));
         }
-        Ok(json!({
-            "events": events,
-            "applied_index": applied_index,
-            "next_from_seq": next_from_seq,
-        }))
+        Ok(RawChainAnswer {
+            events,
+            applied_index,
+            next_from_seq,
+        })
     })
     .await
 }
@@ -442,15 +331,15 @@ pub async fn state(
     };
     read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
         let state = node.store().state(&exec)?;
-        Ok(json!({
-            "execution_id": exec,
-            "authority": state.authority,
-            "coverage": state.coverage,
-            "head": state.head,
-            "complete": state.completeness.is_complete(),
-            "gap_at": state.completeness.gap_at(),
-            "applied_index": applied_index,
-        }))
+        Ok(StateAnswer {
+            execution_id: exec.clone(),
+            authority: state.authority,
+            complete: state.completeness.is_complete(),
+            gap_at: state.completeness.gap_at().cloned(),
+            coverage: state.coverage,
+            head: state.head,
+            applied_index,
+        })
     })
     .await
 }
@@ -468,7 +357,7 @@ pub async fn event(
     };
     read(&node, &uri, &headers, |_: ReadQuery, _| {
         match node.store().event(&exec, &event)? {
-            Some(found) => Ok(json!(found)),
+            Some(found) => Ok(found),
             None => Err(ApiError::NotFound(format!(
                 "execution {exec} has no event {event}"
             ))),
@@ -488,7 +377,10 @@ pub async fn changes(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap
             )));
         }
         let page = node.store().changes(query.after.unwrap_or(0), limit)?;
-        Ok(json!({ "changes": page.changes, "next": page.next }))
+        Ok(ChangesAnswer {
+            changes: page.changes,
+            next: page.next,
+        })
     })
     .await
 }

@@ -13,15 +13,12 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use chainstore_transport::TransportError;
+use raft_store::api::headers::{FORWARDED, LAST_LOG_INDEX, LEADER};
 use raft_store::{Limit, Oversize};
 
 use super::error::ApiError;
 use crate::node::{Leader, Node};
 
-/// Names the leader on every write response.
-pub const LEADER_HEADER: &str = "x-chainstore-leader";
-/// Marks a request forwarded by another node.
-pub const FORWARDED_HEADER: &str = "x-chainstore-forwarded";
 
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
@@ -29,8 +26,8 @@ const REQUEST_HEADERS: [HeaderName; 1] = [header::CONTENT_TYPE];
 const RESPONSE_HEADERS: [HeaderName; 4] = [
     header::CONTENT_TYPE,
     header::RETRY_AFTER,
-    HeaderName::from_static(LEADER_HEADER),
-    HeaderName::from_static(super::backup::LAST_LOG_INDEX_HEADER),
+    HeaderName::from_static(LEADER),
+    HeaderName::from_static(LAST_LOG_INDEX),
 ];
 
 /// Sends the request to `leader` and relays its answer.
@@ -105,7 +102,7 @@ fn forwarded_request(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<(Leader, http::Request<Bytes>), Response> {
-    if headers.contains_key(FORWARDED_HEADER) {
+    if headers.contains_key(FORWARDED) {
         return Err(ApiError::NoLeader(
             "the node this request was forwarded to is not the leader".into(),
         )
@@ -123,7 +120,7 @@ fn forwarded_request(
             request = request.header(name, value);
         }
     }
-    request = request.header(FORWARDED_HEADER, node.id().to_string());
+    request = request.header(FORWARDED, node.id().to_string());
     match request.body(body) {
         Ok(request) => Ok((leader, request)),
         Err(err) => Err(
@@ -155,7 +152,7 @@ fn relay(leader: &Leader, answer: http::Response<Body>) -> Response {
 
 /// Adds `x-chainstore-leader` unless the answer already carries it.
 pub fn set_leader_header(response: &mut Response, leader_id: u64) {
-    let name = HeaderName::from_static(LEADER_HEADER);
+    let name = HeaderName::from_static(LEADER);
     if !response.headers().contains_key(&name) {
         if let Ok(value) = HeaderValue::from_str(&leader_id.to_string()) {
             response.headers_mut().insert(name, value);

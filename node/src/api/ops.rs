@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use raft_store::api::{HealthAnswer, ReadyAnswer};
 
 use crate::node::Node;
 
@@ -15,7 +15,10 @@ pub const READY_APPLY_LAG_MAX: u64 = 1_000;
 
 /// Liveness: the process serves HTTP.
 pub async fn healthz() -> Response {
-    Json(json!({ "status": "ok" })).into_response()
+    Json(HealthAnswer {
+        status: "ok".into(),
+    })
+    .into_response()
 }
 
 /// Readiness: storage is sound, Raft runs, a leader is known and this node has applied (nearly)
@@ -27,18 +30,18 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let lag = last_log.saturating_sub(applied);
     let storage_failure = node.storage_failure();
     let raft_stopped = m.running_state.as_ref().err().map(|e| e.to_string());
-    let body = json!({
-        "leader_id": m.current_leader,
-        "last_log_index": last_log,
-        "last_applied": applied,
-        "storage_failure": storage_failure,
-        "raft_stopped": raft_stopped,
-    });
-    if storage_failure.is_none()
+    let ready = storage_failure.is_none()
         && raft_stopped.is_none()
         && m.current_leader.is_some()
-        && lag <= READY_APPLY_LAG_MAX
-    {
+        && lag <= READY_APPLY_LAG_MAX;
+    let body = ReadyAnswer {
+        leader_id: m.current_leader,
+        last_log_index: last_log,
+        last_applied: applied,
+        storage_failure,
+        raft_stopped,
+    };
+    if ready {
         (StatusCode::OK, Json(body)).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()

@@ -14,10 +14,23 @@
 //! ```text
 //! session:   total u64 BE ++ next_position u64 BE ++ id(session) ++ id(root) ++ id(tail)
 //! ```
+//!
+//! An effect, as the Raft log carries it (see `raft::entry_codec` for the entry around it):
+//! ```text
+//! effect:    id(execution) ++ head_check ++ n u32 BE ++ n × log_event ++ watermark
+//!            ++ coverage ++ session
+//! head_check = 0 (any) | 1 (expect no head) | 2 ++ seq u64 BE ++ id(event) (expect this head)
+//! log_event  = id(execution) ++ exec_seq u64 BE ++ id(event) ++ opt_id(prev)
+//!              ++ opt_id(parent) ++ commit_index u64 BE ++ bytes(payload JSON)
+//! watermark  = 0 | 1 ++ first_seq u64 BE ++ through_seq u64 BE
+//! coverage   = 0 (keep) | 1 (drop) | 2 ++ bytes(coverage record)
+//! session    = 0 (keep) | 1 ++ bytes(session record) | 2 (clear)
+//! bytes      = len u32 BE ++ bytes
+//! ```
 
 use serde_json::Value;
 
-use crate::chain::effect::SessionRecord;
+use crate::chain::effect::{CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord};
 use crate::engine::StorageError;
 use chainstore_model::{validate_id, EventId, ExecutionId, SessionId};
 use chainstore_model::{ChainEvent, Coverage, Head, Origin, Watermark};
@@ -29,7 +42,7 @@ fn corrupted(what: &str) -> StorageError {
 }
 
 /// A cursor over a stored value that turns every short read into `Corrupted`.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     what: &'static str,
 }
@@ -47,11 +60,29 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, StorageError> {
+    /// A cursor over `bytes`, a `what` record.
+    pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
+        Self { bytes, what }
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, StorageError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u64(&mut self) -> Result<u64, StorageError> {
+    fn u32(&mut self) -> Result<u32, StorageError> {
+        let bytes = self.take(4)?;
+        let mut array = [0u8; 4];
+        array.copy_from_slice(bytes);
+        Ok(u32::from_be_bytes(array))
+    }
+
+    /// A length-prefixed (u32) byte string.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], StorageError> {
+        let len = self.u32()? as usize;
+        self.take(len)
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, StorageError> {
         let bytes = self.take(8)?;
         let mut array = [0u8; 8];
         array.copy_from_slice(bytes);
@@ -79,7 +110,19 @@ impl<'a> Reader<'a> {
         std::mem::take(&mut self.bytes)
     }
 
-    fn finish(&self) -> Result<(), StorageError> {
+    /// A byte that must be one of `0..count`.
+    fn tag(&mut self, count: u8, field: &str) -> Result<u8, StorageError> {
+        let tag = self.u8()?;
+        if tag >= count {
+            return Err(StorageError::Corrupted(format!(
+                "{} record has {field} tag {tag}",
+                self.what
+            )));
+        }
+        Ok(tag)
+    }
+
+    pub(crate) fn finish(&self) -> Result<(), StorageError> {
         if self.bytes.is_empty() {
             Ok(())
         } else {
@@ -336,6 +379,124 @@ pub(crate) fn decode_format(bytes: &[u8]) -> Result<u32, StorageError> {
         .try_into()
         .map_err(|_| corrupted("format record is not 4 bytes"))?;
     Ok(u32::from_be_bytes(array))
+}
+
+/// Appends a length-prefixed (u32) byte string.
+pub(crate) fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Every value the log carries is far below 4 GiB (a Raft entry is bounded by the body
+    // limits); a longer one would not decode and is never produced.
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Appends an effect's encoding to `out`.
+pub(crate) fn encode_effect(effect: &Effect, out: &mut Vec<u8>) {
+    push_opt_id(out, Some(effect.execution_id.as_bytes()));
+    match &effect.head_check {
+        HeadCheck::Any => out.push(0),
+        HeadCheck::Expect(None) => out.push(1),
+        HeadCheck::Expect(Some(head)) => {
+            out.push(2);
+            out.extend_from_slice(&head.exec_seq.to_be_bytes());
+            push_opt_id(out, Some(head.event_id.as_bytes()));
+        }
+    }
+    out.extend_from_slice(&(effect.events.len() as u32).to_be_bytes());
+    for event in &effect.events {
+        push_opt_id(out, Some(event.execution_id.as_bytes()));
+        out.extend_from_slice(&event.exec_seq.to_be_bytes());
+        push_opt_id(out, Some(event.event_id.as_bytes()));
+        push_opt_id(out, event.prev_event_id.as_ref().map(|id| id.as_bytes()));
+        push_opt_id(out, event.parent_execution_id.as_ref().map(|id| id.as_bytes()));
+        out.extend_from_slice(&event.commit_index.to_be_bytes());
+        push_bytes(out, &payload_bytes(&event.payload));
+    }
+    match &effect.watermark {
+        None => out.push(0),
+        Some(wm) => {
+            out.push(1);
+            out.extend_from_slice(&encode_watermark(wm));
+        }
+    }
+    match &effect.coverage {
+        CoverageChange::Keep => out.push(0),
+        CoverageChange::Drop => out.push(1),
+        CoverageChange::Raise(coverage) => {
+            out.push(2);
+            push_bytes(out, &encode_coverage(coverage));
+        }
+    }
+    match &effect.session {
+        SessionChange::Keep => out.push(0),
+        SessionChange::Set(record) => {
+            out.push(1);
+            push_bytes(out, &encode_session(record));
+        }
+        SessionChange::Clear => out.push(2),
+    }
+}
+
+/// Reads an effect written by [`encode_effect`]. Every field is checked (ids valid, payloads
+/// JSON, records as they are checked when stored); the applying side checks the rest (an event
+/// of another execution, a sequence of 0) as it does for any effect.
+pub(crate) fn decode_effect(r: &mut Reader<'_>) -> Result<Effect, StorageError> {
+    let exec = execution_id(r.id()?)?;
+    let head_check = match r.tag(3, "head check")? {
+        0 => HeadCheck::Any,
+        1 => HeadCheck::Expect(None),
+        _ => HeadCheck::Expect(Some(Head {
+            exec_seq: r.u64()?,
+            event_id: event_id(r.id()?)?,
+        })),
+    };
+    let count = r.u32()? as usize;
+    // Each event takes at least 23 bytes, so a count the rest cannot hold is refused before
+    // anything is allocated for it.
+    if count > r.bytes.len() / 23 {
+        return Err(corrupted("effect declares more events than it holds"));
+    }
+    let mut events = Vec::with_capacity(count);
+    for _ in 0..count {
+        let execution = execution_id(r.id()?)?;
+        let exec_seq = r.u64()?;
+        let id = event_id(r.id()?)?;
+        let prev = r.opt_id()?.map(event_id).transpose()?;
+        let parent = r.opt_id()?.map(execution_id).transpose()?;
+        let commit_index = r.u64()?;
+        let payload: Value = serde_json::from_slice(r.bytes()?)
+            .map_err(|e| StorageError::Corrupted(format!("effect payload is not JSON: {e}")))?;
+        events.push(ChainEvent {
+            execution_id: execution,
+            exec_seq,
+            event_id: id,
+            prev_event_id: prev,
+            parent_execution_id: parent,
+            payload,
+            commit_index,
+        });
+    }
+    let watermark = match r.tag(2, "watermark")? {
+        0 => None,
+        _ => Some(decode_watermark(r.take(16)?)?),
+    };
+    let coverage = match r.tag(3, "coverage")? {
+        0 => CoverageChange::Keep,
+        1 => CoverageChange::Drop,
+        _ => CoverageChange::Raise(decode_coverage(r.bytes()?)?),
+    };
+    let session = match r.tag(3, "session")? {
+        0 => SessionChange::Keep,
+        1 => SessionChange::Set(decode_session(r.bytes()?)?),
+        _ => SessionChange::Clear,
+    };
+    Ok(Effect {
+        execution_id: exec,
+        head_check,
+        events,
+        watermark,
+        coverage,
+        session,
+    })
 }
 
 pub(crate) fn decode_feed_value(bytes: &[u8]) -> Result<EventId, StorageError> {

@@ -53,9 +53,7 @@ impl<E: Engine> ChainStore<E> {
         request: &AppendRequest,
     ) -> Result<AppendPlan, AppendError> {
         if request.genesis && request.prev_event_id.is_some() {
-            return Err(AppendError::InvalidInput(
-                "genesis: true requires prev_event_id: null".into(),
-            ));
+            return Err(AppendError::GenesisWithPrev);
         }
         self.checked_payload(&request.payload)
             .map_err(AppendError::TooLarge)?;

@@ -1,7 +1,8 @@
 //! openraft storage over the engine (openraft 0.9, `storage-v2`).
 //!
 //! - [`LogStore`]: the Raft log, vote and committed id under the `R/` namespace. An append is
-//!   durable (synced) before openraft is told so.
+//!   durable (synced) before openraft is told so. Entries are stored in the log's own versioned
+//!   binary format ([`entry_codec`]), apart from the HTTP API's JSON.
 //! - [`StateMachine`]: applies each committed entry's [`Effect`](crate::Effect) through
 //!   `ChainStore::stage_effect`, together with the applied log id, as ONE atomic batch; builds
 //!   snapshots from one point-in-time scan of the state-machine range and installs them in one
@@ -22,6 +23,7 @@
 #![allow(clippy::result_large_err)]
 
 mod backup;
+pub mod entry_codec;
 mod keys;
 mod log_store;
 mod runtime;

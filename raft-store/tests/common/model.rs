@@ -78,7 +78,7 @@ impl Model {
         commit_index: u64,
     ) -> Result<Appended, AppendError> {
         if req.genesis && req.prev_event_id.is_some() {
-            return Err(AppendError::InvalidInput(String::new()));
+            return Err(AppendError::GenesisWithPrev);
         }
         let exec = self.execs.entry(exec_id.clone()).or_default();
         if let Some(seq) = exec.seq_of(&req.event_id) {

@@ -482,7 +482,7 @@ async fn cluster_status(client: &Client, json: bool) -> Result<(), Failure> {
                 Ok(v) => vec![
                     v.node_id.to_string(),
                     url.clone(),
-                    v.state.clone(),
+                    v.state.to_string(),
                     v.leader_id.map_or("-".into(), |l| l.to_string()),
                     v.term.to_string(),
                     v.last_log_index.to_string(),
