@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use chainstore_model::api::headers::{LAST_LOG_INDEX, LEADER};
 use chainstore_model::api::{
-    AppendAnswer, ChainAnswer, ChangesAnswer, ClusterStatus, ErrorBody, PopulateAnswer,
-    PopulateBody, RawChainAnswer, ReplicatedBody, StateAnswer,
+    AppendAnswer, AppendBatchAnswer, AppendBatchBody, ChainAnswer, ChangesAnswer, ClusterStatus,
+    ErrorBody, PopulateAnswer, PopulateBody, RawChainAnswer, ReplicatedBody, StateAnswer,
 };
 use chainstore_model::{
     order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
@@ -499,6 +499,43 @@ impl Client {
         })
     }
 
+    /// Appends several events at once: linked in order (each names the one before it), the first
+    /// continuing the head (one head check for all), stored together as one Raft entry or not at
+    /// all. Events already stored identically are answered as duplicates, as single appends of
+    /// them would be, so a retried batch is harmless. One answer per event, in order.
+    pub async fn append_batch(
+        &self,
+        exec: &ExecutionId,
+        requests: &[AppendRequest],
+    ) -> Result<Vec<Appended>, ClientError> {
+        let body = AppendBatchBody {
+            events: requests.to_vec(),
+        };
+        let answer: AppendBatchAnswer = self
+            .call(
+                Method::POST,
+                &format!("/v1/executions/{exec}/events"),
+                Some(json_body(&body)?),
+            )
+            .await?;
+        if answer.events.len() != requests.len() {
+            return Err(ClientError::Protocol(format!(
+                "an append of {} events was answered for {}",
+                requests.len(),
+                answer.events.len()
+            )));
+        }
+        Ok(answer
+            .events
+            .into_iter()
+            .map(|event| Appended {
+                exec_seq: event.exec_seq,
+                commit_index: event.commit_index,
+                duplicate: event.duplicate,
+            })
+            .collect())
+    }
+
     /// Builds or extends an execution from the authoritative log (SPEC §4.3). A log larger than
     /// one request ([`PART_EVENTS_MAX`] events or about [`PART_BYTES_MAX`] bytes unless
     /// [`ClientBuilder::populate_parts`] says otherwise) is sent as a populate session, in link
@@ -566,7 +603,10 @@ impl Client {
         session: &PopulateSession,
         events: &[LogEvent],
     ) -> Result<PartOutcome, ClientError> {
-        Ok(self.post_populate(exec, events, Some(session)).await?.into())
+        Ok(self
+            .post_populate(exec, events, Some(session))
+            .await?
+            .into())
     }
 
     /// `POST /v1/executions/{exec}/populate`: a whole log, or one part of a session.

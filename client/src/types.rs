@@ -1,9 +1,7 @@
 //! The client's read options and its views of the API's answers (the answers themselves are the
 //! contract's types, in [`chainstore_model::api`]).
 
-use chainstore_model::api::{
-    ChainAnswer, ChainQuery, ChangesQuery, Consistency, ReadQuery,
-};
+use chainstore_model::api::{ChainAnswer, ChainQuery, ChangesQuery, Consistency, ReadQuery};
 use chainstore_model::{ChainEvent, ChainPage, Guarded, GuardedPage};
 
 /// Options of every read.

@@ -6,8 +6,8 @@
 mod common;
 
 use chainstore_client::api::{
-    AppendAnswer, ChainAnswer, ChangesAnswer, ClusterStatus, ErrorBody, HealthAnswer,
-    MembershipAnswer, PopulateAnswer, RawChainAnswer, ReadyAnswer, StateAnswer,
+    AppendAnswer, AppendBatchAnswer, ChainAnswer, ChangesAnswer, ClusterStatus, ErrorBody,
+    HealthAnswer, MembershipAnswer, PopulateAnswer, RawChainAnswer, ReadyAnswer, StateAnswer,
 };
 use chainstore_client::{
     ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog, LogEvent, PartOutcome,
@@ -79,23 +79,44 @@ async fn every_answer_of_a_node_is_the_contracts_type_exactly() {
     let cluster_view: ClusterStatus = typed("cluster", &raw);
     assert_eq!(cluster_view.voters.len(), 1);
 
-    let append = json!({ "event_id": "a1", "prev_event_id": null, "payload": {"k": 1}, "genesis": true });
+    let append =
+        json!({ "event_id": "a1", "prev_event_id": null, "payload": {"k": 1}, "genesis": true });
     let (status, raw) = call(&url, "POST", "/v1/executions/x/events", Some(append)).await;
     assert_eq!(status, 200, "{raw}");
     let appended: AppendAnswer = typed("append", &raw);
     assert_eq!((appended.exec_seq, appended.duplicate), (1, false));
 
+    let several = json!({ "events": [
+        { "event_id": "a2", "prev_event_id": "a1", "payload": {} },
+        { "event_id": "a3", "prev_event_id": "a2", "payload": {} },
+    ] });
+    let (status, raw) = call(&url, "POST", "/v1/executions/x/events", Some(several)).await;
+    assert_eq!(status, 200, "{raw}");
+    let batch: AppendBatchAnswer = typed("append of several", &raw);
+    assert_eq!(
+        batch.events.iter().map(|e| e.exec_seq).collect::<Vec<_>>(),
+        [2, 3]
+    );
     let (_, raw) = call(&url, "GET", "/v1/executions/x/chain", None).await;
     assert!(matches!(
         typed::<ChainAnswer>("chain", &raw),
-        ChainAnswer::Authoritative { ref events, next_from_seq: None, .. } if events.len() == 1
+        ChainAnswer::Authoritative { ref events, next_from_seq: None, .. } if events.len() == 3
     ));
-    let (_, raw) = call(&url, "GET", "/v1/executions/x/chain?from_seq=1&limit=1", None).await;
+    let (_, raw) = call(
+        &url,
+        "GET",
+        "/v1/executions/x/chain?from_seq=1&limit=1",
+        None,
+    )
+    .await;
     typed::<ChainAnswer>("chain page", &raw);
     let (_, raw) = call(&url, "GET", "/v1/executions/never/chain", None).await;
     assert!(matches!(
         typed::<ChainAnswer>("cannot answer", &raw),
-        ChainAnswer::CannotAnswer { reason: Reason::NotPopulated, .. }
+        ChainAnswer::CannotAnswer {
+            reason: Reason::NotPopulated,
+            ..
+        }
     ));
     let (_, raw) = call(&url, "GET", "/v1/executions/x/chain/raw?limit=1", None).await;
     typed::<RawChainAnswer>("chain/raw", &raw);
@@ -104,7 +125,7 @@ async fn every_answer_of_a_node_is_the_contracts_type_exactly() {
     let (_, raw) = call(&url, "GET", "/v1/executions/x/events/a1", None).await;
     typed::<ChainEvent>("event", &raw);
     let (_, raw) = call(&url, "GET", "/v1/changes?after=0&limit=10", None).await;
-    assert_eq!(typed::<ChangesAnswer>("changes", &raw).changes.len(), 1);
+    assert_eq!(typed::<ChangesAnswer>("changes", &raw).changes.len(), 3);
 
     let populate = |ids: &[&str]| Some(json!({ "events": log(ids) }));
     for (ids, outcome) in [
@@ -114,7 +135,11 @@ async fn every_answer_of_a_node_is_the_contracts_type_exactly() {
         (&["p1", "q2"][..], "diverged"),
     ] {
         let (status, raw) = call(&url, "POST", "/v1/executions/p/populate", populate(ids)).await;
-        assert_eq!((status, raw["outcome"].as_str()), (200, Some(outcome)), "{raw}");
+        assert_eq!(
+            (status, raw["outcome"].as_str()),
+            (200, Some(outcome)),
+            "{raw}"
+        );
         typed::<PopulateAnswer>(outcome, &raw);
     }
     let mut two_roots = log(&["r1"]);
@@ -144,23 +169,57 @@ async fn every_answer_of_a_node_is_the_contracts_type_exactly() {
     assert_eq!(status, 200, "{raw}");
     typed::<chainstore_client::Replicated>("replicated", &raw);
 
-    let (_, raw) = call(&url, "POST", "/v1/cluster/voters", Some(json!({ "voters": [1] }))).await;
+    let (_, raw) = call(
+        &url,
+        "POST",
+        "/v1/cluster/voters",
+        Some(json!({ "voters": [1] })),
+    )
+    .await;
     typed::<MembershipAnswer>("voters", &raw);
 
     // Error answers: each one the node sends is the contract's error body, with its status.
-    let wrong_prev = json!({ "event_id": "a2", "prev_event_id": "zz", "payload": {} });
-    let conflicting = json!({ "event_id": "a1", "prev_event_id": null, "payload": {"k": 2}, "genesis": true });
+    let wrong_prev = json!({ "event_id": "a9", "prev_event_id": "zz", "payload": {} });
+    let conflicting =
+        json!({ "event_id": "a1", "prev_event_id": null, "payload": {"k": 2}, "genesis": true });
     for (method, path, body, code) in [
-        ("POST", "/v1/executions/x/events", Some(json!({ "nope": 1 })), "invalid_input"),
-        ("POST", "/v1/executions/x/events", Some(wrong_prev), "not_head"),
-        ("POST", "/v1/executions/x/events", Some(conflicting), "event_conflict"),
+        (
+            "POST",
+            "/v1/executions/x/events",
+            Some(json!({ "nope": 1 })),
+            "invalid_input",
+        ),
+        (
+            "POST",
+            "/v1/executions/x/events",
+            Some(wrong_prev),
+            "not_head",
+        ),
+        (
+            "POST",
+            "/v1/executions/x/events",
+            Some(conflicting),
+            "event_conflict",
+        ),
         ("GET", "/v1/executions/x/events/zz", None, "not_found"),
-        ("GET", "/v1/executions/x/chain?limit=0", None, "invalid_input"),
-        ("DELETE", "/v1/executions/x/events", None, "method_not_allowed"),
+        (
+            "GET",
+            "/v1/executions/x/chain?limit=0",
+            None,
+            "invalid_input",
+        ),
+        (
+            "DELETE",
+            "/v1/executions/x/events",
+            None,
+            "method_not_allowed",
+        ),
         (
             "POST",
             "/v1/executions/s/populate",
-            Some(json!({ "events": log(&["s3"]), "session": { "id": "other", "position": 2, "total": 3 } })),
+            Some(
+                json!({ "events": log(&["s3"]), "session": { "id": "other", "position": 2, "total": 3 } }),
+            ),
             "session_conflict",
         ),
     ] {
@@ -175,13 +234,43 @@ async fn the_typed_client_reads_back_every_field_the_node_sends() {
     let cluster = InProcCluster::start(1).await;
     let client = Client::builder(cluster.urls()).build().unwrap();
     let x = ExecutionId::new("typed").unwrap();
-    let outcome = client.populate(&x, &log(&["t1", "t2", "t3"])).await.unwrap();
-    assert_eq!(outcome, FromLog::InSync { total: 3, appended: 3 });
+    let batch_exec = ExecutionId::new("typed-batch").unwrap();
+    let requests: Vec<chainstore_client::AppendRequest> = ["b1", "b2", "b3"]
+        .iter()
+        .enumerate()
+        .map(|(i, e)| chainstore_client::AppendRequest {
+            event_id: id(e),
+            prev_event_id: (i > 0).then(|| id(["b1", "b2"][i - 1])),
+            parent_execution_id: None,
+            payload: json!({ "i": i }),
+            genesis: i == 0,
+        })
+        .collect();
+    let answers = client.append_batch(&batch_exec, &requests).await.unwrap();
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| (a.exec_seq, a.duplicate))
+            .collect::<Vec<_>>(),
+        [(1, false), (2, false), (3, false)]
+    );
+    assert_eq!(answers[0].commit_index, answers[2].commit_index);
+    let outcome = client
+        .populate(&x, &log(&["t1", "t2", "t3"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        FromLog::InSync {
+            total: 3,
+            appended: 3
+        }
+    );
     let state = client.state(&x, ReadOptions::default()).await.unwrap();
     assert!(state.complete, "{state:?}");
     assert_eq!(state.head.map(|h| h.exec_seq), Some(3));
     let changes = client.changes(0, 10, ReadOptions::local()).await.unwrap();
-    assert_eq!(changes.changes.len(), 3);
+    assert_eq!(changes.changes.len(), 6);
     let part = PopulateSession {
         id: SessionId::new("typed-session").unwrap(),
         position: 0,
@@ -189,7 +278,10 @@ async fn the_typed_client_reads_back_every_field_the_node_sends() {
     };
     let y = ExecutionId::new("typed-parts").unwrap();
     assert_eq!(
-        client.populate_part(&y, &part, &log(&["u1", "u2"])).await.unwrap(),
+        client
+            .populate_part(&y, &part, &log(&["u1", "u2"]))
+            .await
+            .unwrap(),
         PartOutcome::Accepted {
             next_position: 2,
             total: 4,

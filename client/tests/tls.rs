@@ -19,9 +19,9 @@ use chainstore_client::{
     AppendRequest, Client, ClientError, EventId, ExecutionId, Guarded, KeyPair, ReadOptions,
     RetryPolicy, TlsClientOptions,
 };
+use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Role, Tokens};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, TlsFiles};
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Role, Tokens};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 
 const WRITE_TOKEN: &str = "write-token-of-the-tls-tests";

@@ -142,6 +142,39 @@ pub struct AppendAnswer {
     pub duplicate: bool,
 }
 
+/// `POST /v1/executions/{id}/events` also takes several events at once: linked in order (each
+/// names the one before it as `prev_event_id`), the first continuing the head, only the first
+/// `genesis`; stored all together as one Raft entry, or not at all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppendBatchBody {
+    /// The events, in chain order.
+    pub events: Vec<crate::AppendRequest>,
+}
+
+/// One event of an append of several: where it is, and whether it was already stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendedEvent {
+    /// The event.
+    pub event_id: EventId,
+    /// Its position in the chain.
+    pub exec_seq: u64,
+    /// The index of the write that stored it (for a duplicate: the original write).
+    pub commit_index: u64,
+    /// True when it was already stored with identical content.
+    pub duplicate: bool,
+}
+
+/// `POST /v1/executions/{id}/events` answers an append of several events: one entry per event,
+/// in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendBatchAnswer {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The events, in the order sent.
+    pub events: Vec<AppendedEvent>,
+}
+
 /// `POST /v1/executions/{id}/populate` takes: a whole log, or one part of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -675,11 +708,21 @@ impl ErrorBody {
         let id = |s: &str| EventId::new(s).expect("a valid example id");
         let message = |s: &str| s.to_string();
         vec![
-            ErrorBody::InvalidInput { message: message("bad") },
-            ErrorBody::Unauthorized { message: message("who") },
-            ErrorBody::Forbidden { message: message("no") },
-            ErrorBody::NotFound { message: message("none") },
-            ErrorBody::MethodNotAllowed { message: message("verb") },
+            ErrorBody::InvalidInput {
+                message: message("bad"),
+            },
+            ErrorBody::Unauthorized {
+                message: message("who"),
+            },
+            ErrorBody::Forbidden {
+                message: message("no"),
+            },
+            ErrorBody::NotFound {
+                message: message("none"),
+            },
+            ErrorBody::MethodNotAllowed {
+                message: message("verb"),
+            },
             ErrorBody::NotHead {
                 message: message("head"),
                 expected: Some(id("e2")),
@@ -702,20 +745,28 @@ impl ErrorBody {
                 message: message("session"),
                 next_position: Some(40),
             },
-            ErrorBody::Refused { message: message("term") },
+            ErrorBody::Refused {
+                message: message("term"),
+            },
             ErrorBody::TooLarge {
                 message: message("big"),
                 what: Limit::BodyBytes,
                 size: Some(9),
                 limit: 8,
             },
-            ErrorBody::NoLeader { message: message("election") },
+            ErrorBody::NoLeader {
+                message: message("election"),
+            },
             ErrorBody::Unavailable {
                 message: message("slow"),
                 applied_index: Some(12),
             },
-            ErrorBody::Overloaded { message: message("busy") },
-            ErrorBody::Internal { message: message("bug") },
+            ErrorBody::Overloaded {
+                message: message("busy"),
+            },
+            ErrorBody::Internal {
+                message: message("bug"),
+            },
         ]
     }
 }
@@ -777,22 +828,40 @@ mod tests {
 
     #[test]
     fn a_populate_answer_names_extended_when_an_in_sync_populate_appended() {
-        let answer = |outcome: &FromLog| serde_json::to_value(PopulateAnswer::from(outcome)).unwrap();
+        let answer =
+            |outcome: &FromLog| serde_json::to_value(PopulateAnswer::from(outcome)).unwrap();
         assert_eq!(
-            answer(&FromLog::InSync { total: 3, appended: 0 })["outcome"],
+            answer(&FromLog::InSync {
+                total: 3,
+                appended: 0
+            })["outcome"],
             "in_sync"
         );
         assert_eq!(
-            answer(&FromLog::InSync { total: 3, appended: 2 })["outcome"],
+            answer(&FromLog::InSync {
+                total: 3,
+                appended: 2
+            })["outcome"],
             "extended"
         );
         for outcome in [
-            FromLog::InSync { total: 3, appended: 2 },
-            FromLog::StaleLog { stored_len: 4, log_len: 3 },
-            FromLog::Refused { reason: Refusal::Fork },
+            FromLog::InSync {
+                total: 3,
+                appended: 2,
+            },
+            FromLog::StaleLog {
+                stored_len: 4,
+                log_len: 3,
+            },
+            FromLog::Refused {
+                reason: Refusal::Fork,
+            },
         ] {
             let wire = PopulateAnswer::from(&outcome);
-            assert_eq!(serde_json::to_value(&wire).unwrap()["outcome"], outcome.label());
+            assert_eq!(
+                serde_json::to_value(&wire).unwrap()["outcome"],
+                outcome.label()
+            );
             assert_eq!(PartOutcome::from(wire), PartOutcome::Finished(outcome));
         }
     }

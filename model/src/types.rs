@@ -355,6 +355,10 @@ pub enum Limit {
     PopulateEvents,
     /// Events in one replicated delivery.
     DeliveryEvents,
+    /// Events in one append of several events.
+    AppendEvents,
+    /// Bytes of the events of one append of several events (they are one Raft entry).
+    AppendBytes,
     /// One request body, in bytes.
     BodyBytes,
     /// One answer, in bytes (an unpaged read, an answer a node relays).
@@ -368,6 +372,8 @@ impl Limit {
             Limit::PayloadBytes => "payload_bytes",
             Limit::PopulateEvents => "populate_events",
             Limit::DeliveryEvents => "delivery_events",
+            Limit::AppendEvents => "append_events",
+            Limit::AppendBytes => "append_bytes",
             Limit::BodyBytes => "body_bytes",
             Limit::AnswerBytes => "answer_bytes",
         }

@@ -11,13 +11,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
-use chainstore_node::{serve, ServeOptions};
-use chainstore_node::{NodeTls, Reloaded, TlsFiles};
 use chainstore_node::{
     app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens,
     Transport, TransportOptions,
 };
+use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
+use chainstore_node::{serve, ServeOptions};
+use chainstore_node::{NodeTls, Reloaded, TlsFiles};
 use chainstore_transport::tls::TlsClientOptions;
 use chainstore_transport::ServerCheck;
 use clap::{Parser, Subcommand};
@@ -177,8 +177,8 @@ impl Options {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let from_file: Options =
-            toml::from_str(&text).map_err(|e| format!("bad config file {}: {e}", path.display()))?;
+        let from_file: Options = toml::from_str(&text)
+            .map_err(|e| format!("bad config file {}: {e}", path.display()))?;
         let mut merged = serde_json::to_value(from_file).map_err(|e| e.to_string())?;
         let given = serde_json::to_value(self).map_err(|e| e.to_string())?;
         if let (Some(merged), Some(given)) = (merged.as_object_mut(), given.as_object()) {
@@ -225,7 +225,8 @@ fn parse_node_id(text: &str) -> Result<NodeId, String> {
 fn settings(cli: Cli) -> Result<Settings, String> {
     let o = cli.options.layered_over_file(cli.config.as_ref())?;
     let id = parse_node_id(o.id.as_deref().ok_or("--id is required")?)?;
-    let bootstrap_voters = o.bootstrap_voters
+    let bootstrap_voters = o
+        .bootstrap_voters
         .map(|text| parse_voters(&text).map_err(|e| format!("--bootstrap-voters: {e}")))
         .transpose()?;
     if let Some(voters) = &bootstrap_voters {
@@ -238,16 +239,9 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
     let listen = o.listen.ok_or("--listen is required")?;
-    let advertise = o.advertise
-        .unwrap_or_else(|| listen.to_string());
-    let data_dir = o.data_dir
-        .ok_or("--data-dir is required")?;
-    let tls = tls_files(
-        o.tls_cert,
-        o.tls_key,
-        o.tls_client_ca,
-        o.insecure_no_tls,
-    )?;
+    let advertise = o.advertise.unwrap_or_else(|| listen.to_string());
+    let data_dir = o.data_dir.ok_or("--data-dir is required")?;
+    let tls = tls_files(o.tls_cert, o.tls_key, o.tls_client_ca, o.insecure_no_tls)?;
     let secret = cluster_secret(o.cluster_secret_file)?;
     let peer_auth = match (&tls, secret) {
         (Some(_), None) => PeerAuth::Certificate,
@@ -295,11 +289,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         tokens,
         insecure_no_client_auth,
     };
-    let tls_reload_poll = Duration::from_millis(
-        o.tls_reload_poll_ms
-            .unwrap_or(10_000)
-            .max(100),
-    );
+    let tls_reload_poll = Duration::from_millis(o.tls_reload_poll_ms.unwrap_or(10_000).max(100));
     let timings = &mut node.raft;
     if let Some(ms) = o.heartbeat_ms {
         timings.heartbeat = Duration::from_millis(ms);
@@ -341,8 +331,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     }
     // Snapshots are files next to the database, cleared at every start.
     node.snapshot_dir = Some(data_dir.join("snapshots"));
-    let log_format = o.log_format
-        .unwrap_or_else(|| "text".into());
+    let log_format = o.log_format.unwrap_or_else(|| "text".into());
     Ok(Settings {
         node,
         tls,

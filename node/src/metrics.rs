@@ -246,10 +246,10 @@ fn write_error_label(err: &WriteError) -> &'static str {
 }
 
 impl Metrics {
-    /// Counts one append outcome.
-    pub fn record_append(&self, result: &Result<Appended, WriteError>) {
+    /// Counts one append request's outcome (`duplicate` when every event of it was).
+    pub fn record_append(&self, result: &Result<Vec<Appended>, WriteError>) {
         self.appends.inc(match result {
-            Ok(a) if a.duplicate => "duplicate",
+            Ok(answers) if answers.iter().all(|a| a.duplicate) => "duplicate",
             Ok(_) => "ok",
             Err(err) => write_error_label(err),
         });

@@ -34,7 +34,6 @@ use raft_store::api::headers::CLUSTER_SECRET;
 
 use crate::security::{PeerAuth, Secret};
 
-
 /// How this node addresses a request to a peer: over TLS, the peer named by [`ExpectPeer`]
 /// (the transport then accepts only that peer's certificate and presents this node's); on a
 /// plaintext cluster, with the cluster secret.

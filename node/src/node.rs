@@ -18,7 +18,7 @@ use raft_store::raft::{
     Command, CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
 };
 use raft_store::{
-    AppendError, AppendPlan, AppendRequest, Appended, Applied, ChainEvent, ChainStore, Effect,
+    AppendError, AppendRequest, Appended, Applied, BatchPlan, ChainEvent, ChainStore, Effect,
     Engine, ExecutionId, FromLog, LogEvent, OpenError, PartOutcome, PopulateError, PopulateSession,
     ReplicateError, Replicated, StorageError, StoreConfig,
 };
@@ -508,7 +508,20 @@ impl Node {
         exec: &ExecutionId,
         request: &AppendRequest,
     ) -> Result<Appended, WriteError> {
-        let result = self.append_inner(exec, request).await;
+        self.append_batch(exec, std::slice::from_ref(request))
+            .await?
+            .pop()
+            .ok_or_else(|| WriteError::Unavailable("the append answered for no event".into()))
+    }
+
+    /// Appends several events linked in order at the head of `exec`, all or none, as ONE Raft
+    /// entry (see `ChainStore::evaluate_append_batch`); one answer per event, in order.
+    pub async fn append_batch(
+        &self,
+        exec: &ExecutionId,
+        requests: &[AppendRequest],
+    ) -> Result<Vec<Appended>, WriteError> {
+        let result = self.append_inner(exec, requests).await;
         self.metrics.record_append(&result);
         result
     }
@@ -516,23 +529,32 @@ impl Node {
     async fn append_inner(
         &self,
         exec: &ExecutionId,
-        request: &AppendRequest,
-    ) -> Result<Appended, WriteError> {
+        requests: &[AppendRequest],
+    ) -> Result<Vec<Appended>, WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
-        match self.store.evaluate_append(exec, request) {
-            Ok(AppendPlan::Duplicate(appended)) => {
+        match self.store.evaluate_append_batch(exec, requests) {
+            Ok(BatchPlan {
+                duplicates,
+                write: None,
+            }) => {
                 self.confirm_leader().await?;
-                Ok(appended)
+                Ok(duplicates)
             }
-            Ok(AppendPlan::Write(effect)) => {
-                let exec_seq = effect.events.first().map_or(0, |e| e.exec_seq);
+            Ok(BatchPlan {
+                mut duplicates,
+                write: Some(effect),
+            }) => {
+                let seqs: Vec<u64> = effect.events.iter().map(|e| e.exec_seq).collect();
                 match self.propose(effect).await? {
-                    (commit_index, CommandResult::Applied(_)) => Ok(Appended {
-                        exec_seq,
-                        commit_index,
-                        duplicate: false,
-                    }),
+                    (commit_index, CommandResult::Applied(_)) => {
+                        duplicates.extend(seqs.into_iter().map(|exec_seq| Appended {
+                            exec_seq,
+                            commit_index,
+                            duplicate: false,
+                        }));
+                        Ok(duplicates)
+                    }
                     (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
                     (_, CommandResult::Nothing) => Err(WriteError::Unavailable(
                         "the entry applied without a result".into(),

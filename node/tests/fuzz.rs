@@ -3,8 +3,8 @@
 //! may panic one. `FUZZ_INPUTS` (default 20,000 per decoder) and `FUZZ_SEED` as in
 //! `raft-store/tests/fuzz.rs`; `scripts/fuzz.sh` runs millions.
 
-use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk};
 use chainstore_node::ElectRequest;
+use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
 use raft_store::fuzz::{run_all, Target};

@@ -21,9 +21,9 @@ pub mod fuzz;
 pub mod raft;
 
 pub use chain::{
-    AppendPlan, Applied, ApplyError, ChainStore, ChangePage, CoverageChange, Effect, HeadCheck,
-    OpenError, PageBounds, PartPlan, PopulatePlan, SessionChange, SessionRecord, StoreConfig,
-    CHANGES_PAGE_MAX, FORMAT_VERSION,
+    AppendPlan, Applied, ApplyError, BatchPlan, ChainStore, ChangePage, CoverageChange, Effect,
+    HeadCheck, OpenError, PageBounds, PartPlan, PopulatePlan, SessionChange, SessionRecord,
+    StoreConfig, CHANGES_PAGE_MAX, FORMAT_VERSION,
 };
 pub use chainstore_model::{
     api, order_by_links, order_segment, validate_id, AppendError, AppendRequest, Appended,

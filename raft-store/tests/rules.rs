@@ -1529,3 +1529,117 @@ fn a_failure_at_any_write_of_a_session_never_serves_a_short_chain_and_a_new_sess
         );
     }
 }
+
+/// Requests for events `ids`, each naming the one before it (the first names `prev`).
+fn linked_requests(ids: &[&str], prev: Option<&str>) -> Vec<raft_store::AppendRequest> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| req(id, if i == 0 { prev } else { Some(ids[i - 1]) }))
+        .collect()
+}
+
+#[test]
+fn an_append_of_several_events_is_one_batch_with_one_commit_index_and_consecutive_seqs() {
+    let (engine, store) = mem_store();
+    let mut first = linked_requests(&["g1", "g2", "g3"], None);
+    first[0].genesis = true;
+    let answers = store.append_batch(&exec("b"), &first, 7).unwrap();
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| (a.exec_seq, a.commit_index, a.duplicate))
+            .collect::<Vec<_>>(),
+        [(1, 7, false), (2, 7, false), (3, 7, false)]
+    );
+    // A genesis batch raises coverage over all of its events: served at once.
+    assert_eq!(authoritative_ids(&store, "b"), ["g1", "g2", "g3"]);
+    let writes_before = engine.writes_total();
+    store
+        .append_batch(&exec("b"), &linked_requests(&["g4", "g5"], Some("g3")), 8)
+        .unwrap();
+    assert_eq!(engine.writes_total() - writes_before, 1, "one atomic batch");
+    assert_eq!(
+        authoritative_ids(&store, "b"),
+        ["g1", "g2", "g3", "g4", "g5"]
+    );
+}
+
+#[test]
+fn a_retried_append_of_several_answers_duplicates_and_a_partly_stored_one_appends_the_rest() {
+    let (_, store) = mem_store();
+    let batch = linked_requests(&["e1", "e2", "e3"], None);
+    store.append(&exec("x"), &batch[0], 1).unwrap();
+    let answers = store.append_batch(&exec("x"), &batch, 2).unwrap();
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| (a.exec_seq, a.commit_index, a.duplicate))
+            .collect::<Vec<_>>(),
+        [(1, 1, true), (2, 2, false), (3, 2, false)]
+    );
+    let again = store.append_batch(&exec("x"), &batch, 3).unwrap();
+    assert!(again.iter().all(|a| a.duplicate), "{again:?}");
+    assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["e1", "e2", "e3"]);
+}
+
+#[test]
+fn an_append_of_several_is_refused_whole_and_writes_nothing() {
+    let (engine, store) = mem_store();
+    store.append(&exec("x"), &req("e1", None), 1).unwrap();
+    let before = engine.writes_total();
+    let refused = |requests: Vec<raft_store::AppendRequest>| {
+        store.append_batch(&exec("x"), &requests, 2).unwrap_err()
+    };
+    // Not linked in order.
+    let mut unlinked = linked_requests(&["a", "b", "c"], Some("e1"));
+    unlinked[2].prev_event_id = Some(eid("a"));
+    assert!(matches!(refused(unlinked), AppendError::InvalidInput(_)));
+    // Genesis past the first event.
+    let mut late_genesis = linked_requests(&["a", "b"], Some("e1"));
+    late_genesis[1].genesis = true;
+    assert!(matches!(
+        refused(late_genesis),
+        AppendError::InvalidInput(_)
+    ));
+    // The first does not continue the head: one head check for all.
+    assert!(matches!(
+        refused(linked_requests(&["a", "b"], Some("zz"))),
+        AppendError::NotHead { .. }
+    ));
+    // A stored event after a new one cannot be placed.
+    assert!(matches!(
+        refused(vec![req("a", Some("e1")), req("e1", Some("a"))]),
+        AppendError::EventConflict { .. }
+    ));
+    // An empty append, and one over the count limit.
+    assert!(matches!(refused(Vec::new()), AppendError::InvalidInput(_)));
+    let many: Vec<String> = (0..1_001).map(|i| format!("m{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(matches!(
+        refused(linked_requests(&many, Some("e1"))),
+        AppendError::TooLarge(raft_store::Oversize {
+            what: raft_store::Limit::AppendEvents,
+            ..
+        })
+    ));
+    assert_eq!(engine.writes_total(), before, "nothing was written");
+    assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["e1"]);
+}
+
+#[test]
+fn an_append_of_several_that_fails_on_io_stores_none_of_its_events() {
+    let (engine, store) = mem_store();
+    store.append(&exec("x"), &req("e1", None), 1).unwrap();
+    engine.fail_write_after(1);
+    let batch = linked_requests(&["e2", "e3", "e4"], Some("e1"));
+    assert!(matches!(
+        store.append_batch(&exec("x"), &batch, 2),
+        Err(AppendError::Storage(_))
+    ));
+    assert_eq!(ids(&store.chain(&exec("x")).unwrap()), ["e1"]);
+    store.append_batch(&exec("x"), &batch, 3).unwrap();
+    assert_eq!(
+        ids(&store.chain(&exec("x")).unwrap()),
+        ["e1", "e2", "e3", "e4"]
+    );
+}

@@ -24,9 +24,9 @@ use axum::response::{IntoResponse, Response};
 use chainstore_transport::{CertificateIdentity, Identity, Role};
 
 use super::error::ApiError;
-use raft_store::api::headers::CLUSTER_SECRET;
 use crate::node::Node;
 use crate::security::PeerAuth;
+use raft_store::api::headers::CLUSTER_SECRET;
 
 /// What a route requires of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,13 +30,7 @@ const PIECES_IN_FLIGHT: usize = 4;
 pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
     let outcome = async {
         let query: ReadQuery = parse_query(&uri)?;
-        let barrier = read_barrier(
-            &node,
-            &uri,
-            &headers,
-            query,
-            Relay::Streamed,
-        );
+        let barrier = read_barrier(&node, &uri, &headers, query, Relay::Streamed);
         if let Err(response) = barrier.await {
             return Ok(response);
         }

@@ -127,9 +127,10 @@ impl ApiError {
                 next_position: *next_position,
             },
             ApiError::Refused(m) => ErrorBody::Refused { message: m.clone() },
-            ApiError::TooLarge { oversize, message: m } => {
-                ErrorBody::too_large(*oversize, m.clone())
-            }
+            ApiError::TooLarge {
+                oversize,
+                message: m,
+            } => ErrorBody::too_large(*oversize, m.clone()),
             ApiError::NoLeader(m) => ErrorBody::NoLeader { message: m.clone() },
             ApiError::Unavailable {
                 message: m,

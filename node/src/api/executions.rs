@@ -9,8 +9,9 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use raft_store::api::{
-    AppendAnswer, ChainAnswer, ChainQuery, ChangesAnswer, ChangesQuery, PopulateAnswer,
-    PopulateBody, RawChainAnswer, ReadQuery, ReplicatedBody, StateAnswer,
+    AppendAnswer, AppendBatchAnswer, AppendBatchBody, AppendedEvent, ChainAnswer, ChainQuery,
+    ChangesAnswer, ChangesQuery, PopulateAnswer, PopulateBody, RawChainAnswer, ReadQuery,
+    ReplicatedBody, StateAnswer,
 };
 use raft_store::{AppendRequest, ExecutionId, GuardedPage, Limit, Oversize, PageBounds};
 use serde::Serialize;
@@ -65,6 +66,44 @@ fn too_large_unpaged(exec: &ExecutionId, limits: &crate::config::Limits) -> ApiE
     }
 }
 
+/// A write's body, decoded with a precise 400 for what is wrong.
+trait WriteBody: Sized {
+    fn parse(bytes: &[u8]) -> Result<Self, ApiError>;
+}
+
+impl WriteBody for PopulateBody {
+    fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_json(bytes)
+    }
+}
+
+impl WriteBody for ReplicatedBody {
+    fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_json(bytes)
+    }
+}
+
+/// `POST .../events` takes one event, or several under `events`.
+enum AppendBody {
+    One(AppendRequest),
+    Many(AppendBatchBody),
+}
+
+impl WriteBody for AppendBody {
+    /// A body with an `events` field is an append of several; any other is one event. Either
+    /// is then decoded as its own type, so a bad field is named precisely.
+    fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct Shape {
+            events: Option<serde::de::IgnoredAny>,
+        }
+        match serde_json::from_slice::<Shape>(bytes) {
+            Ok(Shape { events: Some(_) }) => parse_json(bytes).map(AppendBody::Many),
+            _ => parse_json(bytes).map(AppendBody::One),
+        }
+    }
+}
+
 /// Runs a write: validates the path and body, asks the node, forwards to the leader when this
 /// node is not it, and names the leader on the answer.
 async fn write<T, F, Fut>(
@@ -76,14 +115,14 @@ async fn write<T, F, Fut>(
     run: F,
 ) -> Response
 where
-    T: serde::de::DeserializeOwned,
+    T: WriteBody,
     F: FnOnce(Arc<Node>, ExecutionId, T) -> Fut,
     Fut: std::future::Future<Output = Result<Response, WriteError>>,
 {
     let outcome = async {
         let exec = execution_id(&id)?;
         let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
-        let request: T = parse_json(&bytes)?;
+        let request = T::parse(&bytes)?;
         match run(Arc::clone(&node), exec, request).await {
             Ok(response) => Ok(response),
             Err(WriteError::NotLeader(leader)) => {
@@ -141,16 +180,39 @@ pub async fn append(
         uri,
         headers,
         body,
-        |node, exec, request: AppendRequest| async move {
-            let appended = node.append(&exec, &request).await?;
-            Ok(Json(AppendAnswer {
-                execution_id: exec,
-                event_id: request.event_id,
-                exec_seq: appended.exec_seq,
-                commit_index: appended.commit_index,
-                duplicate: appended.duplicate,
+        |node, exec, body: AppendBody| async move {
+            Ok(match body {
+                AppendBody::One(request) => {
+                    let appended = node.append(&exec, &request).await?;
+                    Json(AppendAnswer {
+                        execution_id: exec,
+                        event_id: request.event_id,
+                        exec_seq: appended.exec_seq,
+                        commit_index: appended.commit_index,
+                        duplicate: appended.duplicate,
+                    })
+                    .into_response()
+                }
+                AppendBody::Many(batch) => {
+                    let answers = node.append_batch(&exec, &batch.events).await?;
+                    let events = batch
+                        .events
+                        .into_iter()
+                        .zip(answers)
+                        .map(|(request, appended)| AppendedEvent {
+                            event_id: request.event_id,
+                            exec_seq: appended.exec_seq,
+                            commit_index: appended.commit_index,
+                            duplicate: appended.duplicate,
+                        })
+                        .collect();
+                    Json(AppendBatchAnswer {
+                        execution_id: exec,
+                        events,
+                    })
+                    .into_response()
+                }
             })
-            .into_response())
         },
     )
     .await
@@ -173,9 +235,9 @@ pub async fn populate(
         |node, exec, request: PopulateBody| async move {
             let answer = match &request.session {
                 None => PopulateAnswer::from(&node.populate(&exec, &request.events).await?),
-                Some(session) => {
-                    PopulateAnswer::from(&node.populate_part(&exec, session, &request.events).await?)
-                }
+                Some(session) => PopulateAnswer::from(
+                    &node.populate_part(&exec, session, &request.events).await?,
+                ),
             };
             Ok(Json(answer).into_response())
         },

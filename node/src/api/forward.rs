@@ -19,7 +19,6 @@ use raft_store::{Limit, Oversize};
 use super::error::ApiError;
 use crate::node::{Leader, Node};
 
-
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
 const REQUEST_HEADERS: [HeaderName; 1] = [header::CONTENT_TYPE];

@@ -407,7 +407,10 @@ pub(crate) fn encode_effect(effect: &Effect, out: &mut Vec<u8>) {
         out.extend_from_slice(&event.exec_seq.to_be_bytes());
         push_opt_id(out, Some(event.event_id.as_bytes()));
         push_opt_id(out, event.prev_event_id.as_ref().map(|id| id.as_bytes()));
-        push_opt_id(out, event.parent_execution_id.as_ref().map(|id| id.as_bytes()));
+        push_opt_id(
+            out,
+            event.parent_execution_id.as_ref().map(|id| id.as_bytes()),
+        );
         out.extend_from_slice(&event.commit_index.to_be_bytes());
         push_bytes(out, &payload_bytes(&event.payload));
     }

@@ -19,4 +19,4 @@ pub use effect::{
 pub use read::{ChangePage, PageBounds, CHANGES_PAGE_MAX};
 pub(crate) use store::check_copied_format;
 pub use store::{ChainStore, OpenError, StoreConfig, FORMAT_VERSION};
-pub use write::{AppendPlan, PartPlan, PopulatePlan};
+pub use write::{AppendPlan, BatchPlan, PartPlan, PopulatePlan};

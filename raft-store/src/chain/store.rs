@@ -8,7 +8,6 @@ use serde_json::Value;
 use crate::chain::codec;
 use crate::chain::effect::{Applied, ApplyError, Effect};
 use crate::chain::keys;
-use crate::chain::write::AppendPlan;
 use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
 use chainstore_model::ExecutionId;
 use chainstore_model::{
@@ -34,6 +33,9 @@ pub struct StoreConfig {
     /// About the most bytes one populate batch writes (one event at least): a Raft entry stays
     /// small enough to be replicated within one append's deadline.
     pub populate_batch_bytes_max: usize,
+    /// Most events one append may carry (an append of several events is one effect, one Raft
+    /// entry; its bytes are bounded by `populate_batch_bytes_max`).
+    pub append_events_max: usize,
     /// Whether each library write is made durable before it returns. A cluster turns this off
     /// for its state machine: there the Raft log is the durable record.
     pub sync_writes: bool,
@@ -47,6 +49,7 @@ impl Default for StoreConfig {
             replicated_events_max: 10_000,
             populate_batch_events_max: 1_000,
             populate_batch_bytes_max: 2 << 20,
+            append_events_max: 1_000,
             sync_writes: true,
         }
     }
@@ -139,25 +142,38 @@ impl<E: Engine> ChainStore<E> {
         request: &AppendRequest,
         commit_index: u64,
     ) -> Result<Appended, AppendError> {
+        self.append_batch(exec, std::slice::from_ref(request), commit_index)?
+            .pop()
+            .ok_or_else(|| AppendError::InvalidInput("an append needs at least one event".into()))
+    }
+
+    /// Appends several events linked in order at the head of `exec`, all or none (see
+    /// [`ChainStore::evaluate_append_batch`]), recording `commit_index` on the new ones. One
+    /// answer per event, in order.
+    pub fn append_batch(
+        &self,
+        exec: &ExecutionId,
+        requests: &[AppendRequest],
+        commit_index: u64,
+    ) -> Result<Vec<Appended>, AppendError> {
         let _guard = self.lock_writer();
-        match self.evaluate_append(exec, request)? {
-            AppendPlan::Duplicate(appended) => Ok(appended),
-            AppendPlan::Write(effect) => {
-                let exec_seq = effect.events.first().map_or(0, |e| e.exec_seq);
-                self.write_effect(&effect, commit_index)
-                    .map_err(|err| match err {
-                        ApplyError::Forked(fork) => AppendError::Forked(fork),
-                        ApplyError::HeadMoved { .. } => AppendError::HeadMoved,
-                        ApplyError::Malformed(message) => AppendError::InvalidInput(message),
-                        ApplyError::Storage(err) => AppendError::Storage(err),
-                    })?;
-                Ok(Appended {
-                    exec_seq,
-                    commit_index,
-                    duplicate: false,
-                })
-            }
+        let plan = self.evaluate_append_batch(exec, requests)?;
+        let mut answers = plan.duplicates;
+        if let Some(effect) = plan.write {
+            self.write_effect(&effect, commit_index)
+                .map_err(|err| match err {
+                    ApplyError::Forked(fork) => AppendError::Forked(fork),
+                    ApplyError::HeadMoved { .. } => AppendError::HeadMoved,
+                    ApplyError::Malformed(message) => AppendError::InvalidInput(message),
+                    ApplyError::Storage(err) => AppendError::Storage(err),
+                })?;
+            answers.extend(effect.events.iter().map(|event| Appended {
+                exec_seq: event.exec_seq,
+                commit_index,
+                duplicate: false,
+            }));
         }
+        Ok(answers)
     }
 
     /// Stores replicated events in any order (SPEC §4.2).

@@ -25,6 +25,15 @@ pub enum AppendPlan {
     Write(Effect),
 }
 
+/// What the evaluation of an append of several events decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchPlan {
+    /// The leading events already stored with identical content, answered without writing.
+    pub duplicates: Vec<Appended>,
+    /// The effect that stores the others, in order from the head, if there are any.
+    pub write: Option<Effect>,
+}
+
 /// What the evaluation of a populate decided: the outcome to report and the effects that make
 /// it true, to be applied in order (several when the log exceeds one batch).
 #[derive(Debug, Clone, PartialEq)]
@@ -46,19 +55,80 @@ pub struct PartPlan {
 
 impl<E: Engine> ChainStore<E> {
     /// Evaluates an append against the current state: validation, then event-id idempotency,
-    /// then the head check, in that order (SPEC §6).
+    /// then the head check, in that order (SPEC §6). An append of one event is an append of
+    /// several ([`ChainStore::evaluate_append_batch`]) that holds one.
     pub fn evaluate_append(
         &self,
         exec: &ExecutionId,
         request: &AppendRequest,
     ) -> Result<AppendPlan, AppendError> {
-        if request.genesis && request.prev_event_id.is_some() {
+        let plan = self.evaluate_append_batch(exec, std::slice::from_ref(request))?;
+        match (plan.write, plan.duplicates.into_iter().next()) {
+            (Some(effect), _) => Ok(AppendPlan::Write(effect)),
+            (None, Some(appended)) => Ok(AppendPlan::Duplicate(appended)),
+            (None, None) => Err(AppendError::InvalidInput(
+                "an append needs at least one event".into(),
+            )),
+        }
+    }
+
+    /// Evaluates an append of several events at once. The events must be linked in order (each
+    /// names the one before it as `prev_event_id`) and only the first may be `genesis`. As a
+    /// single append of each would, an event already stored with identical content is a
+    /// duplicate and one stored with other content an `event_conflict`; duplicates may only
+    /// lead (a stored event after a new one cannot be placed). The new events must continue the
+    /// head (one head check for all) and become ONE effect, so they are stored together or not
+    /// at all, and each batch is one Raft entry.
+    pub fn evaluate_append_batch(
+        &self,
+        exec: &ExecutionId,
+        requests: &[AppendRequest],
+    ) -> Result<BatchPlan, AppendError> {
+        let Some(first) = requests.first() else {
+            return Err(AppendError::InvalidInput(
+                "an append needs at least one event".into(),
+            ));
+        };
+        if requests.len() > self.config.append_events_max {
+            return Err(AppendError::TooLarge(Oversize {
+                what: Limit::AppendEvents,
+                size: Some(requests.len() as u64),
+                limit: self.config.append_events_max as u64,
+            }));
+        }
+        if first.genesis && first.prev_event_id.is_some() {
             return Err(AppendError::GenesisWithPrev);
         }
-        self.checked_payload(&request.payload)
-            .map_err(AppendError::TooLarge)?;
+        let mut ids = BTreeSet::new();
+        for (i, request) in requests.iter().enumerate() {
+            if i > 0 && request.genesis {
+                return Err(AppendError::InvalidInput(format!(
+                    "only the first event of an append may be genesis, not event {i} ({})",
+                    request.event_id
+                )));
+            }
+            if i > 0 && request.prev_event_id.as_ref() != Some(&requests[i - 1].event_id) {
+                return Err(AppendError::InvalidInput(format!(
+                    "event {i} ({}) must name the event before it ({}) as prev_event_id",
+                    request.event_id,
+                    requests[i - 1].event_id
+                )));
+            }
+            if !ids.insert(&request.event_id) {
+                return Err(AppendError::InvalidInput(format!(
+                    "event {} appears twice in the append",
+                    request.event_id
+                )));
+            }
+            self.checked_payload(&request.payload)
+                .map_err(AppendError::TooLarge)?;
+        }
 
-        if let Some(exec_seq) = self.read_id_index(exec, &request.event_id)? {
+        let mut duplicates = Vec::new();
+        for (i, request) in requests.iter().enumerate() {
+            let Some(exec_seq) = self.read_id_index(exec, &request.event_id)? else {
+                continue;
+            };
             let stored = self.read_event_at(exec, exec_seq)?.ok_or_else(|| {
                 StorageError::Corrupted(format!(
                     "id index of {} points at seq {exec_seq}, which holds no event",
@@ -69,54 +139,62 @@ impl<E: Engine> ChainStore<E> {
                 && stored.prev_event_id == request.prev_event_id
                 && stored.parent_execution_id == request.parent_execution_id
                 && stored.payload == request.payload;
-            return if identical {
-                Ok(AppendPlan::Duplicate(Appended {
-                    exec_seq,
-                    commit_index: stored.commit_index,
-                    duplicate: true,
-                }))
-            } else {
-                Err(AppendError::EventConflict {
+            if !identical || i != duplicates.len() {
+                return Err(AppendError::EventConflict {
                     event_id: request.event_id.clone(),
                     exec_seq,
-                })
-            };
+                });
+            }
+            duplicates.push(Appended {
+                exec_seq,
+                commit_index: stored.commit_index,
+                duplicate: true,
+            });
         }
+        let new = &requests[duplicates.len()..];
+        let Some(first_new) = new.first() else {
+            return Ok(BatchPlan {
+                duplicates,
+                write: None,
+            });
+        };
 
         let head = self.read_head(exec)?;
         let head_id = head.as_ref().map(|h| &h.event_id);
-        if head_id != request.prev_event_id.as_ref() {
+        if head_id != first_new.prev_event_id.as_ref() {
             return Err(AppendError::NotHead {
                 expected: head_id.cloned(),
-                got: request.prev_event_id.clone(),
+                got: first_new.prev_event_id.clone(),
             });
         }
         let coverage = self.read_coverage(exec)?;
         // Never-seen means no watermark and no coverage; only a genesis append needs to know.
-        if request.genesis && (coverage.is_some() || self.read_watermark(exec)?.is_some()) {
+        if first_new.genesis && (coverage.is_some() || self.read_watermark(exec)?.is_some()) {
             return Err(AppendError::InvalidInput(
                 "genesis is allowed only on an execution the store has never seen".into(),
             ));
         }
-        let exec_seq = match &head {
+        let exhausted =
+            || AppendError::InvalidInput("the execution has reached the largest sequence".into());
+        let first_seq = match &head {
             None => 1,
-            Some(h) => h.exec_seq.checked_add(1).ok_or_else(|| {
-                AppendError::InvalidInput("the execution has reached the largest sequence".into())
-            })?,
+            Some(h) => h.exec_seq.checked_add(1).ok_or_else(exhausted)?,
         };
-        let coverage = if request.genesis {
+        let count = new.len() as u64;
+        let last_seq = first_seq.checked_add(count - 1).ok_or_else(exhausted)?;
+        let coverage = if first_new.genesis {
             CoverageChange::Raise(Coverage {
-                root_event_id: Some(request.event_id.clone()),
-                total: 1,
+                root_event_id: Some(first_new.event_id.clone()),
+                total: count,
                 origin: Origin::Genesis,
             })
         } else {
-            per_event_coverage(coverage)
+            per_event_coverage(coverage, count)
         };
-        Ok(AppendPlan::Write(Effect {
-            execution_id: exec.clone(),
-            head_check: HeadCheck::Expect(head),
-            events: vec![ChainEvent {
+        let events: Vec<ChainEvent> = new
+            .iter()
+            .zip(first_seq..)
+            .map(|(request, exec_seq)| ChainEvent {
                 execution_id: exec.clone(),
                 exec_seq,
                 event_id: request.event_id.clone(),
@@ -124,14 +202,31 @@ impl<E: Engine> ChainStore<E> {
                 parent_execution_id: request.parent_execution_id.clone(),
                 payload: request.payload.clone(),
                 commit_index: 0,
-            }],
-            watermark: Some(Watermark {
-                first_seq: exec_seq,
-                through_seq: exec_seq,
+            })
+            .collect();
+        let bytes_max = self.config.populate_batch_bytes_max;
+        let bytes: usize = events.iter().map(encoded_size).sum();
+        if events.len() > 1 && bytes > bytes_max {
+            return Err(AppendError::TooLarge(Oversize {
+                what: Limit::AppendBytes,
+                size: Some(bytes as u64),
+                limit: bytes_max as u64,
+            }));
+        }
+        Ok(BatchPlan {
+            duplicates,
+            write: Some(Effect {
+                execution_id: exec.clone(),
+                head_check: HeadCheck::Expect(head),
+                events,
+                watermark: Some(Watermark {
+                    first_seq,
+                    through_seq: last_seq,
+                }),
+                coverage,
+                session: SessionChange::Keep,
             }),
-            coverage,
-            session: SessionChange::Keep,
-        }))
+        })
     }
 
     /// Evaluates a replicated delivery into the effects that store it, in order (none for an
@@ -875,11 +970,11 @@ fn same_as_logged(stored: &ChainEvent, logged: &LogEvent) -> bool {
 /// its chain. Coverage from a log is dropped: the per-event path cannot prove its event is the log's, and a total left in
 /// place could be reached by events the log never held (after a populate interrupted between
 /// batches, say), which would create authority out of a failure.
-fn per_event_coverage(existing: Option<Coverage>) -> CoverageChange {
+fn per_event_coverage(existing: Option<Coverage>, events: u64) -> CoverageChange {
     match existing {
         Some(c) if c.origin == Origin::Genesis => CoverageChange::Raise(Coverage {
             root_event_id: c.root_event_id,
-            total: c.total.saturating_add(1),
+            total: c.total.saturating_add(events),
             origin: Origin::Genesis,
         }),
         Some(_) => CoverageChange::Drop,

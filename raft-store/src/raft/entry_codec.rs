@@ -72,11 +72,11 @@ fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     let payload = match r.u8()? {
         PAYLOAD_BLANK => EntryPayload::Blank,
         PAYLOAD_NORMAL => EntryPayload::Normal(Command::Effect(decode_effect(&mut r)?)),
-        PAYLOAD_MEMBERSHIP => EntryPayload::Membership(
-            serde_json::from_slice(r.bytes()?).map_err(|e| {
+        PAYLOAD_MEMBERSHIP => {
+            EntryPayload::Membership(serde_json::from_slice(r.bytes()?).map_err(|e| {
                 StorageError::Corrupted(format!("a membership entry does not decode: {e}"))
-            })?,
-        ),
+            })?)
+        }
         other => {
             return Err(StorageError::Corrupted(format!(
                 "log entry payload kind {other} is unknown"

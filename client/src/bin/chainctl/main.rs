@@ -70,14 +70,17 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
-    /// Appends one event at the head of an execution.
+    /// Appends events at the head of an execution. Several ids are one append, linked in the
+    /// order given (each names the one before it), stored all together or not at all.
     Append {
         execution: String,
-        event_id: String,
+        /// The event ids, in chain order.
+        #[arg(required = true, num_args = 1..)]
+        event_ids: Vec<String>,
         /// The current head's event id (omit for the first event).
         #[arg(long)]
         prev: Option<String>,
-        /// The payload, as JSON.
+        /// The payload of every event, as JSON.
         #[arg(long, default_value = "{}")]
         payload: String,
         /// The parent execution.
@@ -242,7 +245,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => cluster_status(&client, json).await,
         Command::Append {
             execution: exec,
-            event_id: id,
+            event_ids,
             prev,
             payload,
             parent,
@@ -250,29 +253,49 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let payload: Value = serde_json::from_str(&payload)
                 .map_err(|e| Failure::usage(format!("--payload is not JSON: {e}")))?;
-            let request = AppendRequest {
-                event_id: event_id(&id)?,
-                prev_event_id: prev.as_deref().map(event_id).transpose()?,
-                parent_execution_id: parent.as_deref().map(execution).transpose()?,
-                payload,
-                genesis,
-            };
+            let parent = parent.as_deref().map(execution).transpose()?;
+            let mut prev = prev.as_deref().map(event_id).transpose()?;
+            let mut requests = Vec::with_capacity(event_ids.len());
+            for (i, id) in event_ids.iter().enumerate() {
+                let id = event_id(id)?;
+                requests.push(AppendRequest {
+                    event_id: id.clone(),
+                    prev_event_id: prev.replace(id),
+                    parent_execution_id: parent.clone(),
+                    payload: payload.clone(),
+                    genesis: genesis && i == 0,
+                });
+            }
             let exec = execution(&exec)?;
-            let appended = client.append(&exec, &request).await?;
-            if json {
-                print_json(
-                    &json!({ "execution_id": exec, "event_id": request.event_id, "exec_seq": appended.exec_seq, "commit_index": appended.commit_index, "duplicate": appended.duplicate }),
-                );
+            let answers = if let [request] = requests.as_slice() {
+                vec![client.append(&exec, request).await?]
             } else {
-                let note = if appended.duplicate {
-                    " (duplicate: already stored)"
-                } else {
-                    ""
-                };
-                println!(
-                    "appended {} to {exec} at seq {}, commit index {}{note}",
-                    request.event_id, appended.exec_seq, appended.commit_index
-                );
+                client.append_batch(&exec, &requests).await?
+            };
+            let rows: Vec<Value> = requests
+                .iter()
+                .zip(&answers)
+                .map(|(request, appended)| {
+                    json!({ "execution_id": exec, "event_id": request.event_id, "exec_seq": appended.exec_seq, "commit_index": appended.commit_index, "duplicate": appended.duplicate })
+                })
+                .collect();
+            if json {
+                match rows.as_slice() {
+                    [row] => print_json(row),
+                    _ => print_json(&json!({ "execution_id": exec, "events": rows })),
+                }
+            } else {
+                for (request, appended) in requests.iter().zip(&answers) {
+                    let note = if appended.duplicate {
+                        " (duplicate: already stored)"
+                    } else {
+                        ""
+                    };
+                    println!(
+                        "appended {} to {exec} at seq {}, commit index {}{note}",
+                        request.event_id, appended.exec_seq, appended.commit_index
+                    );
+                }
             }
             Ok(())
         }

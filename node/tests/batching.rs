@@ -1,0 +1,163 @@
+//! An append of several events on a real three-node cluster: it costs ONE Raft entry and at
+//! most one durable log write (fsync) on each replica, counted rather than timed, and it is
+//! stored whole or not at all.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::inproc::Cluster;
+use serde_json::{json, Value};
+
+/// The durable writes node `id` has made (`chainstore_fsync_seconds_count`).
+async fn fsyncs(c: &Cluster, id: u64) -> u64 {
+    let text = c
+        .http
+        .get(format!("http://{}/metrics", c.addrs[&id]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("chainstore_fsync_seconds_count "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("node {id} exposes no fsync count"))
+}
+
+/// Waits until every node has applied `index`.
+async fn applied_everywhere(c: &Cluster, index: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (1..=3).any(|id| {
+        c.node(id)
+            .raft_metrics()
+            .last_applied
+            .is_none_or(|applied| applied.index < index)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "index {index} not applied everywhere"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn batch(exec_prefix: &str, n: u64, prev: Option<&str>) -> Value {
+    let events: Vec<Value> = (1..=n)
+        .map(|i| {
+            let prev = if i == 1 {
+                prev.map(str::to_string)
+            } else {
+                Some(format!("{exec_prefix}{}", i - 1))
+            };
+            json!({
+                "event_id": format!("{exec_prefix}{i}"),
+                "prev_event_id": prev,
+                "genesis": i == 1 && prev.is_none(),
+                "payload": { "n": i },
+            })
+        })
+        .collect();
+    json!({ "events": events })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_of_ten_events_is_one_raft_entry_and_one_fsync_per_replica() {
+    let c = Cluster::start().await;
+    let leader = c
+        .leader_among(&[1, 2, 3], Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    let (status, _) = c.append(leader, "warm", "w1", None).await;
+    assert_eq!(status, 200);
+    let last = c.node(leader).raft_metrics().last_log_index.unwrap();
+    applied_everywhere(&c, last).await;
+    // Let the commit index reach every follower before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut before = Vec::new();
+    for id in 1..=3 {
+        before.push(fsyncs(&c, id).await);
+    }
+
+    let (status, answer) = c
+        .call(
+            leader,
+            "POST",
+            "/v1/executions/ten/events",
+            Some(batch("t", 10, None)),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let events = answer["events"].as_array().expect("one answer per event");
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["exec_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    let commit_indexes: Vec<&Value> = events.iter().map(|e| &e["commit_index"]).collect();
+    assert!(
+        commit_indexes.iter().all(|i| **i == json!(last + 1)),
+        "{answer}"
+    );
+
+    applied_everywhere(&c, last + 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in 1..=3u64 {
+        let metrics = c.node(id).raft_metrics();
+        assert_eq!(
+            metrics.last_log_index,
+            Some(last + 1),
+            "node {id}: one entry"
+        );
+        let delta = fsyncs(&c, id).await - before[id as usize - 1];
+        assert!(
+            delta <= 1,
+            "node {id} made {delta} durable writes for one append"
+        );
+    }
+    let (status, chain) = c.chain(leader, "ten").await;
+    assert_eq!(status, 200);
+    assert_eq!(common::inproc::event_ids(&chain).len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_of_several_is_stored_whole_or_not_at_all_and_a_retry_answers_duplicates() {
+    let c = Cluster::start().await;
+    let leader = c
+        .leader_among(&[1, 2, 3], Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    let path = "/v1/executions/whole/events";
+    let (status, _) = c
+        .call(leader, "POST", path, Some(batch("a", 3, None)))
+        .await;
+    assert_eq!(status, 200);
+    // The second batch does not continue the head: nothing of it is stored.
+    let (status, refused) = c
+        .call(leader, "POST", path, Some(batch("b", 4, Some("zz"))))
+        .await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("not_head")));
+    // Sent through a follower (forwarded to the leader), then retried whole.
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let body = batch("b", 4, Some("a3"));
+    let (status, first) = c.call(follower, "POST", path, Some(body.clone())).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, retried) = c.call(follower, "POST", path, Some(body)).await;
+    assert_eq!(status, 200, "{retried}");
+    for (a, b) in first["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(retried["events"].as_array().unwrap())
+    {
+        assert_eq!(a["exec_seq"], b["exec_seq"]);
+        assert_eq!(a["commit_index"], b["commit_index"]);
+        assert_eq!(b["duplicate"], true);
+    }
+    let (_, chain) = c.chain(leader, "whole").await;
+    assert_eq!(
+        common::inproc::event_ids(&chain),
+        ["a1", "a2", "a3", "b1", "b2", "b3", "b4"]
+    );
+}
