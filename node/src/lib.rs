@@ -30,6 +30,7 @@ mod metrics;
 mod network;
 mod node;
 mod raft_api;
+mod read_rounds;
 mod security;
 mod server;
 mod tls;

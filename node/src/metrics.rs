@@ -164,6 +164,7 @@ const GUARDED_OUTCOMES: &[&str] = &[
 
 const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
 const REQUEST_CLASSES: &[&str] = &["client", "peer"];
+const READ_STAGES: &[&str] = &["read", "confirmation"];
 
 /// The node's metrics.
 pub struct Metrics {
@@ -174,6 +175,7 @@ pub struct Metrics {
     apply_seconds: Histogram,
     tls_reloads: Family,
     shed: Family,
+    linearizable: Family,
     /// When the certificate in service expires (seconds since the epoch); 0 without TLS.
     tls_not_after_unix: AtomicI64,
 }
@@ -218,6 +220,14 @@ impl Default for Metrics {
                 "Requests refused with 503 overloaded: every slot of their class taken, its queue full.",
                 "class",
                 REQUEST_CLASSES,
+            ),
+            linearizable: Family::new(
+                "chainstore_linearizable_reads_total",
+                "Linearizable read barriers asked for here (read), and the leadership \
+                 confirmations that served them (confirmation): reads arriving while one is in \
+                 flight share the next.",
+                "stage",
+                READ_STAGES,
             ),
             tls_not_after_unix: AtomicI64::new(0),
         }
@@ -300,6 +310,16 @@ impl Metrics {
         self.shed.inc(class);
     }
 
+    /// Counts one linearizable read barrier asked for.
+    pub fn record_linearizable_read(&self) {
+        self.linearizable.inc("read");
+    }
+
+    /// Counts one leadership confirmation run for linearizable reads.
+    pub fn record_leadership_confirmation(&self) {
+        self.linearizable.inc("confirmation");
+    }
+
     /// Sets when the certificate in service expires.
     pub fn set_tls_not_after(&self, not_after_unix: Option<i64>) {
         self.tls_not_after_unix
@@ -362,6 +382,7 @@ impl Metrics {
         self.apply_seconds.render(&mut out);
         self.tls_reloads.render(&mut out);
         self.shed.render(&mut out);
+        self.linearizable.render(&mut out);
         let _ = writeln!(
             out,
             "# HELP chainstore_tls_certificate_not_after_seconds When the node's certificate \

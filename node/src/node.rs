@@ -27,6 +27,7 @@ use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
 use crate::network::{Network, PeerCredentials};
+use crate::read_rounds::ReadRounds;
 use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
 
@@ -83,7 +84,7 @@ pub enum WriteError {
 }
 
 /// Why a read barrier could not be passed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ReadError {
     /// A linearizable read must be served by the leader.
     #[error("not the leader")]
@@ -132,6 +133,8 @@ pub struct Node {
     /// Proposals under way (counted before the hand-off flag is checked, so a hand-off that
     /// sees none knows no proposal will follow).
     proposing: AtomicUsize,
+    /// Leadership confirmations shared by the linearizable reads waiting for them.
+    read_rounds: Arc<ReadRounds<u64, ReadError>>,
 }
 
 /// What a leadership hand-off came to.
@@ -236,6 +239,7 @@ impl Node {
             health,
             handing_off: AtomicBool::new(false),
             proposing: AtomicUsize::new(0),
+            read_rounds: Arc::default(),
         }))
     }
 
@@ -676,27 +680,27 @@ impl Node {
 
     /// A read-index round: confirms leadership and waits until this node applied everything
     /// committed when the read started. Returns the applied index.
+    /// The read index of a linearizable read: leadership confirmed by a quorum in a round
+    /// that started after this call, and everything committed before it applied here. Reads
+    /// waiting at once share one round ([`ReadRounds`]).
     async fn read_index(&self) -> Result<u64, ReadError> {
-        let barrier = self.raft.ensure_linearizable();
-        match tokio::time::timeout(self.config.limits.write_timeout, barrier).await {
-            Err(_) => Err(ReadError::Unavailable {
-                message: "leadership could not be confirmed in time".into(),
-                applied_index: self.applied_index(),
-            }),
-            Ok(Ok(_)) => Ok(self.applied_index()),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => Err(
-                ReadError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
-                    |(id, node)| Leader {
-                        id,
-                        addr: node.addr,
-                    },
-                )),
-            ),
-            Ok(Err(err)) => Err(ReadError::Unavailable {
-                message: err.to_string(),
-                applied_index: self.applied_index(),
-            }),
-        }
+        self.metrics.record_linearizable_read();
+        let raft = self.raft.clone();
+        let metrics = Arc::clone(&self.metrics);
+        let timeout = self.config.limits.write_timeout;
+        let confirm = move || {
+            let (raft, metrics) = (raft.clone(), Arc::clone(&metrics));
+            async move {
+                metrics.record_leadership_confirmation();
+                confirm_leadership(&raft, timeout).await
+            }
+        };
+        let applied_index = self.applied_index();
+        let dropped = move || ReadError::Unavailable {
+            message: "the leadership confirmation ended without an outcome".into(),
+            applied_index,
+        };
+        self.read_rounds.join(confirm, dropped).await
     }
 
     /// Passes the barrier a read of `consistency` needs; returns the applied index the read
@@ -881,6 +885,39 @@ pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
         .addr
         .clone();
     Some(Leader { id, addr })
+}
+
+/// One leadership confirmation: `ensure_linearizable` within `timeout`, then the applied index.
+async fn confirm_leadership(raft: &Raft<TypeConfig>, timeout: Duration) -> Result<u64, ReadError> {
+    let applied_index = || {
+        raft.metrics()
+            .borrow()
+            .last_applied
+            .as_ref()
+            .map_or(0, |id| id.index)
+    };
+    match tokio::time::timeout(timeout, raft.ensure_linearizable()).await {
+        Err(_) => Err(ReadError::Unavailable {
+            message: "leadership could not be confirmed in time".into(),
+            applied_index: applied_index(),
+        }),
+        Ok(Ok(_)) => Ok(applied_index()),
+        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+            Err(ReadError::NotLeader(
+                forward
+                    .leader_id
+                    .zip(forward.leader_node)
+                    .map(|(id, node)| Leader {
+                        id,
+                        addr: node.addr,
+                    }),
+            ))
+        }
+        Ok(Err(err)) => Err(ReadError::Unavailable {
+            message: err.to_string(),
+            applied_index: applied_index(),
+        }),
+    }
 }
 
 fn populate_error(err: PopulateError) -> WriteError {

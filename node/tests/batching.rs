@@ -1,6 +1,6 @@
-//! An append of several events on a real three-node cluster: it costs ONE Raft entry and at
-//! most one durable log write (fsync) on each replica, counted rather than timed, and it is
-//! stored whole or not at all.
+//! Batching on a real three-node cluster, counted rather than timed: an append of several events
+//! costs ONE Raft entry and at most one durable log write (fsync) on each replica, and is stored
+//! whole or not at all; linearizable reads that wait at once share leadership confirmations.
 
 mod common;
 
@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use common::inproc::Cluster;
 use serde_json::{json, Value};
 
-/// The durable writes node `id` has made (`chainstore_fsync_seconds_count`).
-async fn fsyncs(c: &Cluster, id: u64) -> u64 {
+/// The value of the metric line that starts with `series ` on node `id`.
+async fn metric(c: &Cluster, id: u64, series: &str) -> u64 {
     let text = c
         .http
         .get(format!("http://{}/metrics", c.addrs[&id]))
@@ -20,10 +20,16 @@ async fn fsyncs(c: &Cluster, id: u64) -> u64 {
         .text()
         .await
         .unwrap();
+    let prefix = format!("{series} ");
     text.lines()
-        .find_map(|line| line.strip_prefix("chainstore_fsync_seconds_count "))
+        .find_map(|line| line.strip_prefix(&prefix))
         .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("node {id} exposes no fsync count"))
+        .unwrap_or_else(|| panic!("node {id} exposes no {series}"))
+}
+
+/// The durable writes node `id` has made.
+async fn fsyncs(c: &Cluster, id: u64) -> u64 {
+    metric(c, id, "chainstore_fsync_seconds_count").await
 }
 
 /// Waits until every node has applied `index`.
@@ -159,5 +165,59 @@ async fn an_append_of_several_is_stored_whole_or_not_at_all_and_a_retry_answers_
     assert_eq!(
         common::inproc::event_ids(&chain),
         ["a1", "a2", "a3", "b1", "b2", "b3", "b4"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizable_reads_waiting_at_once_share_leadership_confirmations() {
+    let c = Cluster::start().await;
+    let leader = c
+        .leader_among(&[1, 2, 3], Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    let (status, _) = c.append(leader, "read", "r1", None).await;
+    assert_eq!(status, 200);
+    let reads = r#"chainstore_linearizable_reads_total{stage="read"}"#;
+    let confirmations = r#"chainstore_linearizable_reads_total{stage="confirmation"}"#;
+    let (reads_before, confirmations_before) = (
+        metric(&c, leader, reads).await,
+        metric(&c, leader, confirmations).await,
+    );
+    let mut waiting = Vec::new();
+    for _ in 0..64 {
+        let (http, url) = (
+            c.http.clone(),
+            format!("http://{}/v1/executions/read/chain", c.addrs[&leader]),
+        );
+        waiting.push(tokio::spawn(async move {
+            // A confirmation that misses its quorum in time (a loaded machine) answers a
+            // retryable 503, as the client library would retry it.
+            for _ in 0..50 {
+                let answer = http.get(&url).send().await.unwrap();
+                let status = answer.status().as_u16();
+                let body = answer.json::<Value>().await.unwrap();
+                if status != 503 {
+                    return (status, body);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (503, Value::Null)
+        }));
+    }
+    for read in waiting {
+        let (status, body) = read.await.unwrap();
+        assert_eq!(
+            (status, body["answer"].as_str()),
+            (200, Some("authoritative")),
+            "{body}"
+        );
+    }
+    let read_count = metric(&c, leader, reads).await - reads_before;
+    let rounds = metric(&c, leader, confirmations).await - confirmations_before;
+    eprintln!("{read_count} linearizable reads, {rounds} leadership confirmations");
+    assert!(read_count >= 64, "{read_count} reads counted");
+    assert!(
+        rounds * 2 <= read_count,
+        "{read_count} linearizable reads took {rounds} leadership confirmations"
     );
 }
