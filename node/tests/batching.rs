@@ -68,29 +68,32 @@ fn batch(exec_prefix: &str, n: u64, prev: Option<&str>) -> Value {
     json!({ "events": events })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_append_of_ten_events_is_one_raft_entry_and_one_fsync_per_replica() {
-    let c = Cluster::start().await;
+/// One measured append of ten events to `exec`: `None` when an election came in between (its
+/// own entry and votes would be counted too), else the per-node log growth and fsyncs.
+async fn measured_append_of_ten(c: &Cluster, exec: &str) -> Option<Vec<(u64, u64)>> {
     let leader = c
         .leader_among(&[1, 2, 3], Duration::from_secs(10))
         .await
         .expect("a leader");
-    let (status, _) = c.append(leader, "warm", "w1", None).await;
+    let (status, _) = c.append(leader, &format!("{exec}-warm"), "w1", None).await;
     assert_eq!(status, 200);
+    let term = c.node(leader).raft_metrics().current_term;
     let last = c.node(leader).raft_metrics().last_log_index.unwrap();
-    applied_everywhere(&c, last).await;
+    applied_everywhere(c, last).await;
     // Let the commit index reach every follower before counting.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut before = Vec::new();
     for id in 1..=3 {
-        before.push(fsyncs(&c, id).await);
+        before.push((
+            c.node(id).raft_metrics().last_log_index.unwrap_or(0),
+            fsyncs(c, id).await,
+        ));
     }
-
     let (status, answer) = c
         .call(
             leader,
             "POST",
-            "/v1/executions/ten/events",
+            &format!("/v1/executions/{exec}/events"),
             Some(batch("t", 10, None)),
         )
         .await;
@@ -101,30 +104,51 @@ async fn an_append_of_ten_events_is_one_raft_entry_and_one_fsync_per_replica() {
         .map(|e| e["exec_seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
-    let commit_indexes: Vec<&Value> = events.iter().map(|e| &e["commit_index"]).collect();
+    let commit_index = events[0]["commit_index"].as_u64().unwrap();
     assert!(
-        commit_indexes.iter().all(|i| **i == json!(last + 1)),
+        events
+            .iter()
+            .all(|e| e["commit_index"] == json!(commit_index)),
         "{answer}"
     );
-
-    applied_everywhere(&c, last + 1).await;
+    applied_everywhere(c, commit_index).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for id in 1..=3u64 {
-        let metrics = c.node(id).raft_metrics();
-        assert_eq!(
-            metrics.last_log_index,
-            Some(last + 1),
-            "node {id}: one entry"
-        );
-        let delta = fsyncs(&c, id).await - before[id as usize - 1];
-        assert!(
-            delta <= 1,
-            "node {id} made {delta} durable writes for one append"
-        );
+    if (1..=3).any(|id| c.node(id).raft_metrics().current_term != term) {
+        return None;
     }
-    let (status, chain) = c.chain(leader, "ten").await;
+    let (status, chain) = c.chain(leader, exec).await;
     assert_eq!(status, 200);
     assert_eq!(common::inproc::event_ids(&chain).len(), 10);
+    let mut growth = Vec::new();
+    for id in 1..=3u64 {
+        let (log_before, fsyncs_before) = before[id as usize - 1];
+        let log_after = c.node(id).raft_metrics().last_log_index.unwrap_or(0);
+        growth.push((log_after - log_before, fsyncs(c, id).await - fsyncs_before));
+    }
+    Some(growth)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_of_ten_events_is_one_raft_entry_and_one_fsync_per_replica() {
+    let c = Cluster::start().await;
+    // A loaded machine may hold an election in the middle; measure again then.
+    for attempt in 0..3 {
+        let Some(growth) = measured_append_of_ten(&c, &format!("ten{attempt}")).await else {
+            continue;
+        };
+        for (id, (entries, fsyncs)) in (1..=3u64).zip(growth) {
+            assert_eq!(
+                entries, 1,
+                "node {id}: {entries} log entries for one append"
+            );
+            assert!(
+                fsyncs <= 1,
+                "node {id} made {fsyncs} durable writes for one append"
+            );
+        }
+        return;
+    }
+    panic!("three elections in three measurements: the machine is too loaded to count");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
