@@ -107,10 +107,21 @@ fn client_for(c: &Cluster, credential: Credential) -> reqwest::Client {
     }
 }
 
-/// Everything a refused call could have changed, as `node` and the leader see it.
+/// Everything a refused call could have changed, as `node` and the leader see it, once `node`
+/// holds the leader's whole log (an admitted write just before may still be on its way to a
+/// follower; the fingerprint must not change because replication finished in between).
 async fn fingerprint(c: &Cluster, node: u64, leader: u64) -> Value {
-    let (_, at_node) = c.get(node, "/v1/cluster").await;
-    let (_, at_leader) = c.get(leader, "/v1/cluster?consistency=local").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (at_node, at_leader) = loop {
+        let (_, at_node) = c.get(node, "/v1/cluster").await;
+        let (_, at_leader) = c.get(leader, "/v1/cluster?consistency=local").await;
+        if at_node["last_log_index"] == at_leader["last_log_index"]
+            || std::time::Instant::now() > deadline
+        {
+            break (at_node, at_leader);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let (_, chain) = c
         .get(leader, "/v1/executions/matrix/chain/raw?consistency=local")
         .await;
