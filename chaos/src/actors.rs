@@ -895,6 +895,35 @@ pub async fn checker(
         }
     }
 
+    // How many entries carried the writes of several executions (the change feed lists every
+    // stored event with the index of the entry that stored it): the run's coverage of shared
+    // entries under its crashes.
+    let mut shared = 0u64;
+    let mut after = 0;
+    let mut last: Option<(u64, String)> = None;
+    let mut counted_index = None;
+    while let Ok(page) = cluster.changes(after, 1_000, ReadOptions::default()).await {
+        for change in &page.changes {
+            let here = (change.commit_index, change.execution_id.to_string());
+            if let Some((index, execution)) = &last {
+                if *index == here.0 && *execution != here.1 && counted_index != Some(here.0) {
+                    shared += 1;
+                    counted_index = Some(here.0);
+                }
+            }
+            last = Some(here);
+        }
+        if page.changes.is_empty() || page.next <= after {
+            break;
+        }
+        after = page.next;
+    }
+    *world
+        .borrow_mut()
+        .stats
+        .entry("entries holding writes of several executions")
+        .or_default() += shared;
+
     // No acknowledged append is missing.
     let genesis: Vec<String> = world.borrow().genesis.keys().cloned().collect();
     for name in genesis {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret};
+use raft_store::raft::LogFlush;
 use raft_store::MemEngine;
 
 use chainstore_check::Verdict;
@@ -130,6 +131,8 @@ pub(crate) fn node_config(id: u64) -> NodeConfig {
     config.limits.min_index_wait = Duration::from_secs(2);
     config.limits.forward_timeout = Duration::from_secs(4);
     config.limits.request_timeout = Duration::from_secs(8);
+    // No thread on the simulated path: the log's fsyncs run on a task of the simulation.
+    config.log_flush = LogFlush::Task;
     config
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use raft_store::raft::NodeId;
+use raft_store::raft::{LogFlush, NodeId};
 
 use crate::security::{ClientAuth, PeerAuth};
 
@@ -149,6 +149,9 @@ pub struct NodeConfig {
     /// keeps them in memory (tests and simulations). A node keeps them in files so that its
     /// memory does not grow with its state.
     pub snapshot_dir: Option<std::path::PathBuf>,
+    /// Where the Raft log's fsyncs run: on a thread of their own by default (group commit, off
+    /// the async workers); the simulation runs them on a task.
+    pub log_flush: LogFlush,
 }
 
 impl NodeConfig {
@@ -163,6 +166,7 @@ impl NodeConfig {
             limits: Limits::default(),
             raft: RaftTimings::default(),
             snapshot_dir: None,
+            log_flush: LogFlush::default(),
         }
     }
 

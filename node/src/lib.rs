@@ -29,6 +29,7 @@ mod latch;
 mod metrics;
 mod network;
 mod node;
+mod proposer;
 mod raft_api;
 mod read_rounds;
 mod security;

@@ -8,7 +8,9 @@
 //! instead of resending it forever. A single entry cannot be split: it must cross within the
 //! deadline (entries are bounded by the request body limit).
 //!
-//! Append and vote travel as JSON. A snapshot chunk travels as
+//! An append travels in its binary framing (`raft_store::raft::rpc_codec`: the entries in the
+//! log's own format); the receiver still reads JSON from a peer of an earlier build. A vote
+//! travels as JSON. A snapshot chunk travels as
 //! `header_len u32 BE ++ JSON header (the request without its data) ++ raw data`, so the
 //! chunk's bytes are not inflated into a JSON array.
 
@@ -25,6 +27,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use raft_store::raft::rpc_codec::encode_append_request;
 use raft_store::raft::{NodeId, TypeConfig};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -293,7 +296,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         // openraft's deadline runs from this call: encoding counts against it.
         let deadline = tokio::time::Instant::now() + option.soft_ttl();
         let entries = rpc.entries.len() as u64;
-        let body = json(&rpc)?;
+        let body = encode_append_request(&rpc)
+            .map(Bytes::from)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let smaller = split_hint(entries, body.len(), self.append_bytes_max);
         if body.len() > self.append_bytes_max {
             if let Some(entries) = smaller {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
 use raft_store::raft::{
-    Command, CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
+    CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
 };
 use raft_store::{
     AppendError, AppendRequest, Appended, Applied, BatchPlan, ChainEvent, ChainStore, Effect,
@@ -27,6 +27,7 @@ use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
 use crate::network::{Network, PeerCredentials};
+use crate::proposer::{EntryLimits, ProposeError, Proposer};
 use crate::read_rounds::ReadRounds;
 use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
@@ -135,7 +136,15 @@ pub struct Node {
     proposing: AtomicUsize,
     /// Leadership confirmations shared by the linearizable reads waiting for them.
     read_rounds: Arc<ReadRounds<u64, ReadError>>,
+    /// Puts the evaluated writes of concurrent requests into shared entries.
+    proposer: Proposer,
 }
+
+/// Most effects (each one request's write) in one Raft entry.
+const ENTRY_EFFECTS_MAX: usize = 512;
+/// Entries of the proposer under way at once: while they are made durable and replicated, the
+/// next one gathers the writes arriving meanwhile.
+const ENTRIES_IN_FLIGHT: usize = 2;
 
 /// What a leadership hand-off came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,8 +197,12 @@ impl Node {
             Arc::clone(&metrics),
             Arc::clone(&health),
         ));
+        let entry_bytes_max = store_config.populate_batch_bytes_max;
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
-        let log_store = LogStore::new(Arc::clone(&engine));
+        let log_store =
+            LogStore::with_flush(Arc::clone(&engine), config.log_flush).map_err(|e| {
+                StartError::Raft(format!("cannot start the Raft log's fsync thread: {e}"))
+            })?;
         let state_machine = match &config.snapshot_dir {
             Some(dir) => StateMachine::with_snapshot_dir(
                 Arc::clone(&store),
@@ -212,6 +225,14 @@ impl Node {
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        let proposer = Proposer::start(
+            raft.clone(),
+            EntryLimits {
+                effects_max: ENTRY_EFFECTS_MAX,
+                bytes_max: entry_bytes_max,
+                in_flight_max: ENTRIES_IN_FLIGHT,
+            },
+        );
         // A storage failure stops Raft: this node no longer votes, appends or acknowledges.
         let stopping = raft.clone();
         let watching = Arc::clone(&health);
@@ -240,6 +261,7 @@ impl Node {
             handing_off: AtomicBool::new(false),
             proposing: AtomicUsize::new(0),
             read_rounds: Arc::default(),
+            proposer,
         }))
     }
 
@@ -487,22 +509,15 @@ impl Node {
                 "this node is stopping and hands its leadership over; retry".into(),
             ));
         }
-        let write = self.raft.client_write(Command::Effect(effect));
+        let write = self.proposer.propose(effect);
         match tokio::time::timeout(self.config.limits.write_timeout, write).await {
             Err(_) => Err(WriteError::Unavailable(
                 "the write was not applied in time; its outcome is unknown: retry it unchanged"
                     .into(),
             )),
-            Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(
-                WriteError::NotLeader(forward.leader_id.zip(forward.leader_node).map(
-                    |(id, node)| Leader {
-                        id,
-                        addr: node.addr,
-                    },
-                )),
-            ),
-            Ok(Err(err)) => Err(WriteError::Unavailable(err.to_string())),
+            Ok(Ok(applied)) => Ok(applied),
+            Ok(Err(ProposeError::NotLeader(leader))) => Err(WriteError::NotLeader(leader)),
+            Ok(Err(ProposeError::Unavailable(message))) => Err(WriteError::Unavailable(message)),
         }
     }
 
@@ -560,9 +575,9 @@ impl Node {
                         Ok(duplicates)
                     }
                     (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-                    (_, CommandResult::Nothing) => Err(WriteError::Unavailable(
-                        "the entry applied without a result".into(),
-                    )),
+                    (_, CommandResult::Nothing | CommandResult::Each(_)) => Err(
+                        WriteError::Unavailable("the entry applied without a result".into()),
+                    ),
                 }
             }
             Err(AppendError::Storage(err)) => Err(WriteError::Storage(err)),
@@ -642,7 +657,7 @@ impl Node {
                 (_, CommandResult::Rejected(rejection)) => {
                     return Err(WriteError::Rejected(rejection))
                 }
-                (_, CommandResult::Nothing) => {
+                (_, CommandResult::Nothing | CommandResult::Each(_)) => {
                     return Err(WriteError::Unavailable(
                         "the entry applied without a result".into(),
                     ))

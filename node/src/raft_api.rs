@@ -9,6 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use raft_store::raft::rpc_codec::{decode_append_request, APPEND_FORMAT};
 use raft_store::raft::{NodeId, TypeConfig};
 
 use crate::api::error::ApiError;
@@ -28,7 +29,13 @@ async fn body_bytes(
 pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: AppendEntriesRequest<TypeConfig> = parse_json(&bytes)?;
+        // The binary framing; JSON (first byte `{`) from a peer of an earlier build.
+        let request: AppendEntriesRequest<TypeConfig> = if bytes.first() == Some(&APPEND_FORMAT) {
+            decode_append_request(&bytes)
+                .map_err(|e| ApiError::InvalidInput(format!("malformed append request: {e}")))?
+        } else {
+            parse_json(&bytes)?
+        };
         Ok::<_, ApiError>(Json(node.raft().append_entries(request).await).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)

@@ -7,7 +7,8 @@ use chainstore_node::ElectRequest;
 use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
-use raft_store::fuzz::{run_all, Target};
+use raft_store::fuzz::{run_all, Target, PROPERTY_INPUTS_MIN};
+use raft_store::raft::rpc_codec::{decode_append_request, encode_append_request};
 use raft_store::raft::TypeConfig;
 use raft_store::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
 use serde_json::{json, Value};
@@ -49,6 +50,7 @@ fn targets() -> Vec<Target> {
     vec![
         Target {
             name: "append body",
+            inputs_min: 0,
             seeds: vec![
                 bytes(
                     &json!({"event_id": "e2", "prev_event_id": "e1", "payload": {"a": [1, 2.5, "x"]}}),
@@ -63,6 +65,7 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "populate body",
+            inputs_min: 0,
             seeds: vec![bytes(&json!({"events": [
                 {"event_id": "l1", "payload": 1},
                 {"event_id": "l2", "prev_event_id": "l1", "payload": {"k": "v"}}
@@ -73,6 +76,7 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "populate session (a part's position in a long log)",
+            inputs_min: 0,
             seeds: vec![
                 bytes(&json!({"id": "s1", "position": 0, "total": 250000})),
                 bytes(&json!({"id": "p0123456789abcdef", "position": 10000, "total": 10001})),
@@ -83,6 +87,7 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "replicated body",
+            inputs_min: 0,
             seeds: vec![bytes(&json!({"events": [
                 {"execution_id": "x", "exec_seq": 1, "event_id": "r1", "payload": [], "commit_index": 4},
                 {"execution_id": "x", "exec_seq": 2, "event_id": "r2", "prev_event_id": "r1", "payload": "s"}
@@ -93,13 +98,35 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "raft append entries",
+            inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![bytes(&append_rpc)],
             decode: |b| {
                 let _ = serde_json::from_slice::<AppendEntriesRequest<TypeConfig>>(b);
             },
         },
         Target {
+            name: "raft append entries (binary framing)",
+            inputs_min: PROPERTY_INPUTS_MIN,
+            seeds: vec![
+                encode_append_request(
+                    &serde_json::from_value(append_rpc.clone()).expect("an append"),
+                )
+                .expect("encodes"),
+                encode_append_request(&AppendEntriesRequest {
+                    vote,
+                    prev_log_id: None,
+                    leader_commit: None,
+                    entries: Vec::new(),
+                })
+                .expect("encodes"),
+            ],
+            decode: |b| {
+                let _ = decode_append_request(b);
+            },
+        },
+        Target {
             name: "raft vote",
+            inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![bytes(
                 &json!({"vote": Vote::new(4, 2), "last_log_id": LogId::new(CommittedLeaderId::new(3, 1), 9)}),
             )],
@@ -109,6 +136,7 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "raft snapshot chunk frame",
+            inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![encode_snapshot_chunk(&chunk).expect("frame").to_vec()],
             decode: |b| {
                 let _ = decode_snapshot_chunk(b);
@@ -116,6 +144,7 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "raft elect",
+            inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![bytes(&json!({"from": 1, "term": 3, "last_log_index": 9}))],
             decode: |b| {
                 let _ = serde_json::from_slice::<ElectRequest>(b);

@@ -28,7 +28,13 @@ pub struct Target {
     pub seeds: Vec<Vec<u8>>,
     /// Decodes one input, ignoring the outcome.
     pub decode: fn(&[u8]),
+    /// Inputs every run gives this target at least, whatever the budget: the Raft log and RPC
+    /// formats get [`PROPERTY_INPUTS_MIN`] in every test run.
+    pub inputs_min: u64,
 }
+
+/// The least number of inputs the Raft log entry and Raft RPC decoders see in every run.
+pub const PROPERTY_INPUTS_MIN: u64 = 100_000;
 
 /// What a run found.
 #[derive(Debug, Clone, Default)]
@@ -68,7 +74,8 @@ pub fn run(target: &Target, inputs: u64, seed: u64) -> Report {
 }
 
 /// Runs every target with the environment's budget — `FUZZ_INPUTS` inputs per decoder (default
-/// 20,000), `FUZZ_SEED` (default `seed`, which the caller picks: this crate reads no clock) —
+/// 20,000, never fewer than the target's `inputs_min`), `FUZZ_SEED` (default `seed`, which the
+/// caller picks: this crate reads no clock) —
 /// printing one line per decoder. Returns the failures, each with its first panicking input (as
 /// text when `as_text`) and the seed that replays it.
 pub fn run_all(targets: &[Target], as_text: bool, seed: u64) -> Vec<String> {
@@ -77,7 +84,7 @@ pub fn run_all(targets: &[Target], as_text: bool, seed: u64) -> Vec<String> {
     let seed = var("FUZZ_SEED").unwrap_or(seed);
     let mut failures = Vec::new();
     for target in targets {
-        let report = run(target, inputs, seed);
+        let report = run(target, inputs.max(target.inputs_min), seed);
         println!(
             "fuzz: {:<60} {:>10} inputs, {} panics (FUZZ_SEED={seed})",
             target.name, report.inputs, report.panics
@@ -244,7 +251,18 @@ pub fn store_targets() -> Vec<Target> {
     for entry in [
         openraft::Entry::<TypeConfig> {
             log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 9),
-            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effect(effect)),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effect(effect.clone())),
+        },
+        openraft::Entry::<TypeConfig> {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 11),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effects(vec![
+                effect.clone(),
+                crate::chain::Effect {
+                    execution_id: ExecutionId::new("other").expect("a constant, valid id"),
+                    events: Vec::new(),
+                    ..effect
+                },
+            ])),
         },
         openraft::Entry::<TypeConfig> {
             log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 10),
@@ -256,6 +274,7 @@ pub fn store_targets() -> Vec<Target> {
     vec![
         Target {
             name: "stored event",
+            inputs_min: 0,
             seeds: vec![
                 codec::encode_event(&event, &payload),
                 codec::encode_event(&root, b"null"),
@@ -267,6 +286,7 @@ pub fn store_targets() -> Vec<Target> {
         },
         Target {
             name: "stored head, watermark, coverage, seq, format, feed, session records",
+            inputs_min: 0,
             seeds: vec![
                 codec::encode_head(&Head {
                     exec_seq: 5,
@@ -304,6 +324,7 @@ pub fn store_targets() -> Vec<Target> {
         },
         Target {
             name: "sealed value (checksum)",
+            inputs_min: 0,
             seeds: vec![seal(b"k", b"value".to_vec()), seal(b"", Vec::new())],
             decode: |bytes| {
                 let _ = unseal(b"k", bytes.to_vec());
@@ -311,6 +332,7 @@ pub fn store_targets() -> Vec<Target> {
         },
         Target {
             name: "raft log entry",
+            inputs_min: PROPERTY_INPUTS_MIN,
             seeds: entries,
             decode: |bytes| {
                 let _ = crate::raft::entry_codec::decode_entry(bytes);
@@ -318,6 +340,7 @@ pub fn store_targets() -> Vec<Target> {
         },
         Target {
             name: "snapshot and backup file",
+            inputs_min: 0,
             seeds: vec![snapshot.clone(), snapshot::encode(1, &[]).expect("encodes")],
             decode: |bytes| {
                 let _ = crate::raft::inspect_backup(bytes);
@@ -328,6 +351,7 @@ pub fn store_targets() -> Vec<Target> {
             // framed into a file whose checksums and trailer all match, so that mutations reach
             // the parsing a random damage would stop at a checksum first.
             name: "snapshot chunk body (checksums made to match)",
+            inputs_min: 0,
             seeds: vec![chunk_of(&pairs), chunk_of(&[])],
             decode: |bytes| {
                 let _ = crate::raft::inspect_backup(&framed(bytes));

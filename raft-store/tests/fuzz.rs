@@ -19,6 +19,7 @@ fn a_panicking_decoder_is_caught_with_its_input() {
         name: "panics on a leading zero",
         seeds: vec![b"abc".to_vec()],
         decode: |bytes| assert!(bytes.first() != Some(&0), "leading zero"),
+        inputs_min: 0,
     };
     let report = run(&target, 5_000, 1);
     assert!(report.panics > 0, "{report:?}");

@@ -2,7 +2,8 @@
 //!
 //! `crash.rs` faults every write of the chain operations; this file does the same for the
 //! operations openraft drives and the offline restore: snapshot install, the apply of an effect,
-//! a membership and a blank entry, log append, truncation and purge, the vote, and restoring a
+//! of an entry holding the effects of three requests (one an append of three events), of a
+//! membership and of a blank entry, log append, truncation and purge, the vote, and restoring a
 //! backup into an empty store. For each of them, and for each write and each sync it makes:
 //! - the write (or the sync) fails: the operation reports the failure, and a reader at that
 //!   moment sees the whole state as it was before or as it is after the operation, nothing in
@@ -32,9 +33,10 @@ use openraft::{
     SnapshotMeta, Vote,
 };
 use raft_store::raft::{
-    restore_backup, take_backup, Command, LogStore, NodeId, SnapshotData, StateMachine, TypeConfig,
+    restore_backup, take_backup, Command, CommandResult, LogStore, NodeId, SnapshotData,
+    StateMachine, TypeConfig,
 };
-use raft_store::{AppendPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
+use raft_store::{AppendPlan, BatchPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -147,6 +149,38 @@ fn unapplied(parts: &Parts) -> Entry<TypeConfig> {
     append_entry(parts, 2, 6, "x", "a3", Some("a2"))
 }
 
+/// Entry 6 as the writes of three requests in one entry: an append of three events to `x`
+/// (`a3`, `a4`, `a5`, linked in order), the first event of `z` and the next of `y`.
+fn effects_entry(parts: &Parts) -> Entry<TypeConfig> {
+    let three = [
+        req("a3", Some("a2")),
+        req("a4", Some("a3")),
+        req("a5", Some("a4")),
+    ];
+    let x = match parts.sm.store().evaluate_append_batch(&exec("x"), &three) {
+        Ok(BatchPlan {
+            write: Some(effect),
+            ..
+        }) => effect,
+        other => panic!("three new events must be a write, got {other:?}"),
+    };
+    Entry {
+        log_id: log_id(2, 6),
+        payload: EntryPayload::Normal(Command::Effects(vec![
+            x,
+            effect(append_entry(parts, 2, 6, "z", "c1", None)),
+            effect(append_entry(parts, 2, 6, "y", "b2", Some("b1"))),
+        ])),
+    }
+}
+
+fn effect(entry: Entry<TypeConfig>) -> raft_store::Effect {
+    match entry.payload {
+        EntryPayload::Normal(Command::Effect(effect)) => effect,
+        other => panic!("an append entry holds one effect, not {other:?}"),
+    }
+}
+
 /// A node further on than the base (through index 9, a third execution, a membership change),
 /// whose snapshot and backup the install and restore operations use.
 fn donor() -> Parts {
@@ -173,6 +207,9 @@ fn donor_snapshot() -> (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) {
 enum Op {
     InstallSnapshot,
     ApplyEffect,
+    /// One entry holding the writes of three requests on three executions, one of them an
+    /// append of three events.
+    ApplyEffects,
     ApplyMembership,
     ApplyBlank,
     AppendLog,
@@ -182,9 +219,10 @@ enum Op {
     Restore,
 }
 
-const OPS: [Op; 9] = [
+const OPS: [Op; 10] = [
     Op::InstallSnapshot,
     Op::ApplyEffect,
+    Op::ApplyEffects,
     Op::ApplyMembership,
     Op::ApplyBlank,
     Op::AppendLog,
@@ -198,7 +236,10 @@ impl Op {
     /// Whether openraft (or the operator) is told the operation is durable when it returns.
     /// Applies are not synced: the log is the durable record and they are re-applied.
     fn durable(self) -> bool {
-        !matches!(self, Op::ApplyEffect | Op::ApplyMembership | Op::ApplyBlank)
+        !matches!(
+            self,
+            Op::ApplyEffect | Op::ApplyEffects | Op::ApplyMembership | Op::ApplyBlank
+        )
     }
 
     /// The store the operation starts from, durable.
@@ -227,6 +268,19 @@ impl Op {
                 block_on(parts.sm.apply([entry]))
                     .map(drop)
                     .map_err(|e| err(&e))
+            }
+            Op::ApplyEffects => {
+                let entry = effects_entry(parts);
+                let results = block_on(parts.sm.apply([entry])).map_err(|e| err(&e))?;
+                match results.as_slice() {
+                    [CommandResult::Each(each)]
+                        if each.len() == 3
+                            && each.iter().all(|r| matches!(r, CommandResult::Applied(_))) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("three effects applied as {other:?}")),
+                }
             }
             Op::ApplyMembership => block_on(parts.sm.apply([membership(2, 6, &[1, 2, 3, 4])]))
                 .map(drop)
@@ -449,6 +503,42 @@ fn a_crash_after_a_raft_storage_operation_keeps_the_old_state_or_the_new_and_the
             keep += 1;
         }
     }
+}
+
+/// Effects of one entry are staged against the store as it was before the entry, so two on one
+/// execution would not see each other: the second is refused, deterministically, on every
+/// replica, and the first applies.
+#[test]
+fn a_second_effect_on_one_execution_in_an_entry_is_refused_and_the_first_applies() {
+    let mut parts = base();
+    let first = effect(unapplied(&parts));
+    let mut second = effect(append_entry(&parts, 2, 6, "x", "a3-twin", Some("a2")));
+    second.events[0].exec_seq = 3;
+    let entry = Entry {
+        log_id: log_id(2, 6),
+        payload: EntryPayload::Normal(Command::Effects(vec![first, second])),
+    };
+    let results = block_on(parts.sm.apply([entry])).expect("apply");
+    match results.as_slice() {
+        [CommandResult::Each(each)] => {
+            assert!(matches!(each[0], CommandResult::Applied(_)), "{each:?}");
+            assert!(
+                matches!(&each[1], CommandResult::Rejected(raft_store::raft::Rejection::Malformed(m)) if m.contains("second effect")),
+                "{each:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let chain = parts
+        .sm
+        .store()
+        .chain_if_authoritative(&exec("x"))
+        .expect("read");
+    let Guarded::Authoritative(events) = chain else {
+        panic!("{chain:?}")
+    };
+    let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["a1", "a2", "a3"]);
 }
 
 #[test]

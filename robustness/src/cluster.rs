@@ -7,6 +7,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use chainstore_client::RaftRole;
+
+use crate::workload::single_node_client;
 
 /// Tags every iptables rule of a run, so that cleaning up removes exactly those.
 const RULE_TAG: &str = "chainstore-robustness";
@@ -133,6 +138,11 @@ impl Cluster {
 
     pub fn is_running(&self, id: u64) -> bool {
         self.node(id).child.is_some()
+    }
+
+    /// The process id of a running node.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.node(id).child.as_ref().map(Child::id)
     }
 
     /// SIGKILL, and reaps the process.
@@ -300,4 +310,59 @@ fn random_hex(bytes: usize) -> std::io::Result<String> {
     use std::io::Read;
     fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Waits until every node answers `/readyz` with 200.
+pub async fn wait_ready(urls: &[String], within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut ready = 0;
+        for url in urls {
+            if http_ok(&format!("{url}/readyz")).await {
+                ready += 1;
+            }
+        }
+        if ready == urls.len() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A GET answered 200 (a bare HTTP/1.1 request: the probe needs no client library).
+async fn http_ok(url: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+        let request = format!("GET /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// The node that says it leads, if one does.
+pub async fn leader_of(urls: &[String]) -> Option<u64> {
+    for url in urls {
+        let client = single_node_client(url, Duration::from_millis(500));
+        if let Ok(status) = client.cluster().await {
+            if status.state == RaftRole::Leader {
+                return Some(status.node_id);
+            }
+        }
+    }
+    None
 }

@@ -13,9 +13,6 @@
 //! `history.jsonl` in the run directory, and exits non-zero on any violation, keeping the
 //! directory (data directories and node logs included) for inspection.
 
-mod cluster;
-mod workload;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -24,12 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainstore_check::{Answer, Entry, Op, Verdict};
-use chainstore_client::{Consistency, Guarded, RaftRole, ReadOptions};
+use chainstore_client::{Consistency, Guarded, ReadOptions};
 use clap::Parser;
 
+use chainstore_robustness::cluster::{self, leader_of, wait_ready, Cluster};
+use chainstore_robustness::workload::{self, exec, lock, single_node_client, Shared};
 use chaos::rng::SimRng as Rng;
-use cluster::Cluster;
-use workload::{exec, lock, single_node_client, Shared};
 
 #[derive(Parser, Debug)]
 #[command(about = "A fault run of three chainstore-node processes, every answer checked")]
@@ -341,60 +338,6 @@ async fn run(args: Args) -> i32 {
         );
         1
     }
-}
-
-/// Waits until every node answers `/readyz` with 200.
-async fn wait_ready(urls: &[String], within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let mut ready = 0;
-        for url in urls {
-            if http_ok(&format!("{url}/readyz")).await {
-                ready += 1;
-            }
-        }
-        if ready == urls.len() {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A GET answered 200 (a bare HTTP/1.1 request: the probe needs no client library).
-async fn http_ok(url: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
-        let request = format!("GET /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await.ok()?;
-        Some(head.starts_with(b"HTTP/1.1 200"))
-    };
-    tokio::time::timeout(Duration::from_secs(1), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
-async fn leader_of(urls: &[String]) -> Option<u64> {
-    for url in urls {
-        let client = single_node_client(url, Duration::from_millis(500));
-        if let Ok(status) = client.cluster().await {
-            if status.state == RaftRole::Leader {
-                return Some(status.node_id);
-            }
-        }
-    }
-    None
 }
 
 /// The faults, one at a time: each kind in turn (the order shuffled by the seed), held for a

@@ -106,6 +106,19 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| StorageError::Corrupted(format!("{} record lacks an id", self.what)))
     }
 
+    /// A u32 count of items that take at least `least_bytes` each: refused when the rest
+    /// cannot hold that many, before anything is allocated for them.
+    pub(crate) fn count(&mut self, least_bytes: usize, items: &str) -> Result<usize, StorageError> {
+        let count = self.u32()? as usize;
+        if count > self.bytes.len() / least_bytes.max(1) {
+            return Err(StorageError::Corrupted(format!(
+                "{} record declares more {items} than it holds",
+                self.what
+            )));
+        }
+        Ok(count)
+    }
+
     fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.bytes)
     }

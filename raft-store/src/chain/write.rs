@@ -982,6 +982,14 @@ fn per_event_coverage(existing: Option<Coverage>, events: u64) -> CoverageChange
     }
 }
 
+impl Effect {
+    /// About how many bytes the effect's events take in a Raft entry (see [`encoded_size`]):
+    /// what bounds an entry holding the effects of several requests.
+    pub fn encoded_size(&self) -> usize {
+        self.events.iter().map(encoded_size).sum()
+    }
+}
+
 /// Splits `events` into runs of at most `count_max` events and about `bytes_max` encoded bytes
 /// each (one event at least), in order.
 fn batches(events: &[ChainEvent], count_max: usize, bytes_max: usize) -> Vec<&[ChainEvent]> {

@@ -4,6 +4,7 @@
 //! ```text
 //! entry v2:  format u8 (= 2) ++ term u64 BE ++ leader node id u64 BE ++ index u64 BE ++ payload
 //! payload  = 0 (blank) | 1 ++ effect (chain::codec's layout) | 2 ++ bytes(membership JSON)
+//!          | 3 ++ count u32 BE ++ effect * count   (the effects of several requests)
 //! ```
 //! A membership is openraft's own type, rare and small: it stays JSON inside the frame.
 //!
@@ -25,6 +26,9 @@ const JSON_FORMAT_FIRST_BYTE: u8 = b'{';
 const PAYLOAD_BLANK: u8 = 0;
 const PAYLOAD_NORMAL: u8 = 1;
 const PAYLOAD_MEMBERSHIP: u8 = 2;
+const PAYLOAD_EFFECTS: u8 = 3;
+/// The fewest bytes one encoded effect takes (a one-byte execution id, no events, no changes).
+const EFFECT_BYTES_MIN: usize = 9;
 
 /// Encodes one entry in the current format.
 pub fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, StorageError> {
@@ -38,6 +42,15 @@ pub fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, StorageError> 
         EntryPayload::Normal(Command::Effect(effect)) => {
             out.push(PAYLOAD_NORMAL);
             encode_effect(effect, &mut out);
+        }
+        EntryPayload::Normal(Command::Effects(effects)) => {
+            out.push(PAYLOAD_EFFECTS);
+            let count = u32::try_from(effects.len())
+                .map_err(|_| StorageError::Io("an entry of over 2^32 effects".into()))?;
+            out.extend_from_slice(&count.to_be_bytes());
+            for effect in effects {
+                encode_effect(effect, &mut out);
+            }
         }
         EntryPayload::Membership(membership) => {
             out.push(PAYLOAD_MEMBERSHIP);
@@ -72,6 +85,14 @@ fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     let payload = match r.u8()? {
         PAYLOAD_BLANK => EntryPayload::Blank,
         PAYLOAD_NORMAL => EntryPayload::Normal(Command::Effect(decode_effect(&mut r)?)),
+        PAYLOAD_EFFECTS => {
+            let count = r.count(EFFECT_BYTES_MIN, "effects")?;
+            let mut effects = Vec::with_capacity(count);
+            for _ in 0..count {
+                effects.push(decode_effect(&mut r)?);
+            }
+            EntryPayload::Normal(Command::Effects(effects))
+        }
         PAYLOAD_MEMBERSHIP => {
             EntryPayload::Membership(serde_json::from_slice(r.bytes()?).map_err(|e| {
                 StorageError::Corrupted(format!("a membership entry does not decode: {e}"))
@@ -155,6 +176,9 @@ mod tests {
         bare.coverage = CoverageChange::Drop;
         bare.session = SessionChange::Clear;
         bare.events.clear();
+        let mut other = effect();
+        other.execution_id = ExecutionId::new("wf-2").unwrap();
+        other.events[0].execution_id = other.execution_id.clone();
         vec![
             Entry {
                 log_id: log_id(1),
@@ -167,6 +191,18 @@ mod tests {
             Entry {
                 log_id: log_id(3),
                 payload: EntryPayload::Normal(Command::Effect(effect())),
+            },
+            Entry {
+                log_id: log_id(4),
+                payload: EntryPayload::Normal(Command::Effects(vec![
+                    effect(),
+                    other,
+                    bare.clone(),
+                ])),
+            },
+            Entry {
+                log_id: log_id(5),
+                payload: EntryPayload::Normal(Command::Effects(Vec::new())),
             },
             Entry {
                 log_id: log_id(u64::MAX),

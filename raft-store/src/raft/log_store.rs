@@ -11,6 +11,7 @@ use openraft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use super::entry_codec;
 use super::keys;
@@ -24,24 +25,82 @@ const READ_ENTRIES_MAX: usize = 4_096;
 /// entries of several MiB, a count alone would load hundreds of MiB for one append RPC.
 const READ_BYTES_MAX: usize = 16 << 20;
 
+/// Where the fsync of an append runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFlush {
+    /// In `append` itself, which returns once the entries are durable.
+    Inline,
+    /// On a thread of its own (group commit): `append` returns once the entries are written
+    /// and readable; the thread syncs everything written since its last sync in ONE fsync and
+    /// then tells openraft, for every append it covers, that its entries are durable. The
+    /// async workers never wait for the disk, and appends that queue up during one fsync share
+    /// the next.
+    #[default]
+    Thread,
+    /// As [`LogFlush::Thread`], on a task of the current tokio runtime: for the deterministic
+    /// simulation, where no thread may be started (its in-memory engine's sync never blocks).
+    Task,
+}
+
+/// Appends waiting for the fsync that makes them durable.
+type FlushQueue = mpsc::UnboundedSender<LogFlushed<TypeConfig>>;
+
 /// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
 /// clone is the log reader.
 pub struct LogStore<E: ?Sized> {
     engine: Arc<E>,
+    /// Where appends wait for their fsync; `None`: the fsync is inline.
+    flushing: Option<FlushQueue>,
 }
 
 impl<E: ?Sized> Clone for LogStore<E> {
     fn clone(&self) -> Self {
         Self {
             engine: Arc::clone(&self.engine),
+            flushing: self.flushing.clone(),
         }
     }
 }
 
 impl<E: Engine + ?Sized> LogStore<E> {
-    /// A log store over `engine`, shared with the state machine.
+    /// A log store over `engine`, shared with the state machine, whose appends are durable
+    /// when `append` returns.
     pub fn new(engine: Arc<E>) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            flushing: None,
+        }
+    }
+
+    /// A log store whose appends are made durable as `flush` says (a thread or task is started
+    /// for [`LogFlush::Thread`] and [`LogFlush::Task`]; it ends with the last clone).
+    pub fn with_flush(engine: Arc<E>, flush: LogFlush) -> std::io::Result<Self> {
+        let flushing = match flush {
+            LogFlush::Inline => None,
+            LogFlush::Thread => {
+                let (queue, mut waiting) = mpsc::unbounded_channel();
+                let engine = Arc::clone(&engine);
+                std::thread::Builder::new()
+                    .name("raft-log-fsync".into())
+                    .spawn(move || {
+                        while let Some(first) = waiting.blocking_recv() {
+                            flush_queued(&*engine, first, &mut waiting);
+                        }
+                    })?;
+                Some(queue)
+            }
+            LogFlush::Task => {
+                let (queue, mut waiting) = mpsc::unbounded_channel();
+                let engine = Arc::clone(&engine);
+                tokio::spawn(async move {
+                    while let Some(first) = waiting.recv().await {
+                        flush_queued(&*engine, first, &mut waiting);
+                    }
+                });
+                Some(queue)
+            }
+        };
+        Ok(Self { engine, flushing })
     }
 
     fn read_value<T: DeserializeOwned>(
@@ -59,21 +118,13 @@ impl<E: Engine + ?Sized> LogStore<E> {
     }
 
     /// Writes `entries` to the log in one durable batch: the write behind
-    /// [`RaftLogStorage::append`], which tells openraft once it returns.
+    /// [`RaftLogStorage::append`] when its fsync is inline.
     pub fn write_entries(
         &self,
         entries: impl IntoIterator<Item = Entry<TypeConfig>>,
     ) -> Result<(), StorageError<NodeId>> {
-        let mut batch = WriteBatch::new();
-        for entry in entries {
-            batch.put(
-                keys::log_entry(entry.log_id.index),
-                entry_codec::encode_entry(&entry)
-                    .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?,
-            );
-        }
         self.engine
-            .write_durable(batch)
+            .write_durable(entries_batch(entries)?)
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
     }
 
@@ -110,6 +161,46 @@ pub(crate) fn stage_purge(
     };
     batch.delete_range(keys::log_entry(0), end);
     Ok(())
+}
+
+/// The log entries `entries` as one batch.
+fn entries_batch(
+    entries: impl IntoIterator<Item = Entry<TypeConfig>>,
+) -> Result<WriteBatch, StorageError<NodeId>> {
+    let mut batch = WriteBatch::new();
+    for entry in entries {
+        batch.put(
+            keys::log_entry(entry.log_id.index),
+            entry_codec::encode_entry(&entry)
+                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?,
+        );
+    }
+    Ok(batch)
+}
+
+/// One fsync for `first` and every append queued behind it, then each is told the outcome.
+/// Every append's entries were written before it was queued, so the sync covers them all.
+fn flush_queued<E: Engine + ?Sized>(
+    engine: &E,
+    first: LogFlushed<TypeConfig>,
+    waiting: &mut mpsc::UnboundedReceiver<LogFlushed<TypeConfig>>,
+) {
+    let mut flushed = vec![first];
+    while let Ok(next) = waiting.try_recv() {
+        flushed.push(next);
+    }
+    let synced = engine.sync();
+    for callback in flushed {
+        callback.log_io_completed(io_outcome(&synced));
+    }
+}
+
+/// An outcome as openraft's flush callback takes it.
+fn io_outcome<T: std::fmt::Display>(outcome: &Result<(), T>) -> Result<(), std::io::Error> {
+    outcome
+        .as_ref()
+        .map(|_| ())
+        .map_err(|err| std::io::Error::other(err.to_string()))
 }
 
 fn io_error(
@@ -245,12 +336,36 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     {
         // Durable before the callback: openraft counts this node's vote for the entries only
         // once they survive a crash.
-        let written = self.write_entries(entries);
-        callback.log_io_completed(match &written {
-            Ok(()) => Ok(()),
-            Err(err) => Err(std::io::Error::other(err.to_string())),
+        let Some(flushing) = &self.flushing else {
+            let written = self.write_entries(entries);
+            callback.log_io_completed(io_outcome(&written));
+            return written;
+        };
+        // Written (readable, as openraft needs once this returns) but not yet synced: the
+        // flusher's next fsync makes them durable and only then calls back.
+        let written = entries_batch(entries).and_then(|batch| {
+            self.engine
+                .write(batch)
+                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
         });
-        written
+        match written {
+            Ok(()) => {
+                if let Err(unsent) = flushing.send(callback) {
+                    // The flusher is gone (shutting down): sync here.
+                    let synced = self
+                        .engine
+                        .sync()
+                        .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e));
+                    unsent.0.log_io_completed(io_outcome(&synced));
+                    return synced;
+                }
+                Ok(())
+            }
+            Err(err) => {
+                callback.log_io_completed(Err(std::io::Error::other(err.to_string())));
+                Err(err)
+            }
+        }
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {

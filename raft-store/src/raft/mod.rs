@@ -2,7 +2,8 @@
 //!
 //! - [`LogStore`]: the Raft log, vote and committed id under the `R/` namespace. An append is
 //!   durable (synced) before openraft is told so. Entries are stored in the log's own versioned
-//!   binary format ([`entry_codec`]), apart from the HTTP API's JSON.
+//!   binary format ([`entry_codec`]), apart from the HTTP API's JSON; the append RPC carries
+//!   them in that format too ([`rpc_codec`]).
 //! - [`StateMachine`]: applies each committed entry's [`Effect`](crate::Effect) through
 //!   `ChainStore::stage_effect`, together with the applied log id, as ONE atomic batch; builds
 //!   snapshots from one point-in-time scan of the state-machine range and installs them in one
@@ -26,6 +27,7 @@ mod backup;
 pub mod entry_codec;
 mod keys;
 mod log_store;
+pub mod rpc_codec;
 mod runtime;
 pub(crate) mod snapshot;
 mod snapshot_data;
@@ -36,7 +38,7 @@ pub use backup::{
     begin_backup, inspect_backup, restore_backup, restore_backup_from, take_backup, Backup,
     BackupError, BackupWriter,
 };
-pub use log_store::LogStore;
+pub use log_store::{LogFlush, LogStore};
 pub use runtime::{seed_thread_rng, ChainRuntime};
 pub use snapshot_data::{SnapshotData, SnapshotDir, SnapshotFile};
 pub use state_machine::StateMachine;

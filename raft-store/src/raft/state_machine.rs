@@ -1,5 +1,6 @@
 //! The Raft state machine: the chain store, applied one entry per atomic batch.
 
+use std::collections::BTreeSet;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use super::snapshot;
 use super::snapshot_data::{SnapshotData, SnapshotDir};
 use super::types::{Command, CommandResult, Rejection, TypeConfig};
 use super::NodeId;
-use crate::chain::{ApplyError, ChainStore, FORMAT_VERSION};
+use crate::chain::{ApplyError, ChainStore, Effect, FORMAT_VERSION};
 use crate::engine::{Engine, EngineView, WriteBatch};
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
@@ -122,24 +123,24 @@ impl<E: Engine + ?Sized> StateMachine<E> {
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::Nothing,
             EntryPayload::Normal(Command::Effect(effect)) => {
-                match self.store.stage_effect(effect, entry.log_id.index) {
-                    Ok((effect_batch, applied)) => {
-                        batch.extend(effect_batch);
-                        CommandResult::Applied(applied)
-                    }
-                    Err(ApplyError::Storage(err)) => {
-                        return Err(StorageIOError::apply(entry.log_id, AnyError::new(&err)).into())
-                    }
-                    Err(ApplyError::Forked(fork)) => {
-                        CommandResult::Rejected(Rejection::Forked(fork))
-                    }
-                    Err(ApplyError::HeadMoved { expected, found }) => {
-                        CommandResult::Rejected(Rejection::HeadMoved { expected, found })
-                    }
-                    Err(ApplyError::Malformed(message)) => {
-                        CommandResult::Rejected(Rejection::Malformed(message))
-                    }
+                self.stage(effect, entry.log_id, &mut batch)?
+            }
+            EntryPayload::Normal(Command::Effects(effects)) => {
+                let mut results = Vec::with_capacity(effects.len());
+                let mut seen = BTreeSet::new();
+                for effect in effects {
+                    // Effects of one entry are staged against the store as it was before the
+                    // entry: two on one execution would not see each other.
+                    results.push(if seen.insert(&effect.execution_id) {
+                        self.stage(effect, entry.log_id, &mut batch)?
+                    } else {
+                        CommandResult::Rejected(Rejection::Malformed(format!(
+                            "a second effect on execution {} in one entry",
+                            effect.execution_id
+                        )))
+                    });
                 }
+                CommandResult::Each(results)
             }
             EntryPayload::Membership(membership) => {
                 let stored = Membership::new(Some(entry.log_id), membership.clone());
@@ -152,6 +153,32 @@ impl<E: Engine + ?Sized> StateMachine<E> {
             .write(batch)
             .map_err(|e| sm_error(ErrorVerb::Write, e))?;
         Ok(result)
+    }
+
+    /// Stages one effect into `batch` at `log_id`'s index: its result, or the storage error
+    /// that stops the apply.
+    fn stage(
+        &self,
+        effect: &Effect,
+        log_id: LogId<NodeId>,
+        batch: &mut WriteBatch,
+    ) -> Result<CommandResult, StorageError<NodeId>> {
+        Ok(match self.store.stage_effect(effect, log_id.index) {
+            Ok((effect_batch, applied)) => {
+                batch.extend(effect_batch);
+                CommandResult::Applied(applied)
+            }
+            Err(ApplyError::Storage(err)) => {
+                return Err(StorageIOError::apply(log_id, AnyError::new(&err)).into())
+            }
+            Err(ApplyError::Forked(fork)) => CommandResult::Rejected(Rejection::Forked(fork)),
+            Err(ApplyError::HeadMoved { expected, found }) => {
+                CommandResult::Rejected(Rejection::HeadMoved { expected, found })
+            }
+            Err(ApplyError::Malformed(message)) => {
+                CommandResult::Rejected(Rejection::Malformed(message))
+            }
+        })
     }
 
     /// The applied log id and membership, read from stored pairs.

@@ -24,6 +24,10 @@ openraft::declare_raft_types!(
 pub enum Command {
     /// One resolved write, applied as one atomic batch with the entry's log id.
     Effect(Effect),
+    /// The resolved writes of several requests, each on a different execution (the leader's
+    /// per-execution latches make it so; apply refuses a second effect on the same execution
+    /// as malformed), applied in order in ONE batch with the entry's log id; one result each.
+    Effects(Vec<Effect>),
 }
 
 /// Why an entry's effect was not applied. Deterministic: every replica reaches the same verdict.
@@ -54,4 +58,6 @@ pub enum CommandResult {
     Applied(Applied),
     /// The effect was refused; only the applied log id moved.
     Rejected(Rejection),
+    /// The results of a [`Command::Effects`] entry, one per effect, in order.
+    Each(Vec<CommandResult>),
 }

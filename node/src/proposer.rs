@@ -1,0 +1,182 @@
+//! [`Proposer`]: the effects of concurrent writes ride in one Raft entry.
+//!
+//! Every write the leader has evaluated (under its execution's latch) is handed to one task,
+//! which proposes what has queued up as ONE entry ([`Command::Effects`]) while at most
+//! `in_flight_max` entries of its own are under way: while one entry is being made durable and
+//! replicated, the next one gathers the writes that arrive meanwhile. One log write, one fsync
+//! per replica and one replication round serve all of them; each waiter gets its own effect's
+//! result. An entry never holds two effects on one execution (the latch already holds a second
+//! write back until the first is applied; the proposer keeps it so even for a waiter that gave
+//! up), and is bounded by count and by bytes. A waiter that gave up before its effect was
+//! proposed is left out.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::Raft;
+use raft_store::raft::{Command, CommandResult, TypeConfig};
+use raft_store::Effect;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::node::Leader;
+
+/// Why a proposal has no result: the same for every effect of its entry.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ProposeError {
+    /// This node is not the leader (the leader, when known).
+    NotLeader(Option<Leader>),
+    /// Raft failed or is shutting down.
+    Unavailable(String),
+}
+
+/// What bounds one entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryLimits {
+    /// Most effects in one entry.
+    pub effects_max: usize,
+    /// About the most bytes of events in one entry (an effect alone may reach it).
+    pub bytes_max: usize,
+    /// Entries of this proposer under way at once.
+    pub in_flight_max: usize,
+}
+
+type Answer = oneshot::Sender<Result<(u64, CommandResult), ProposeError>>;
+
+struct Proposal {
+    effect: Effect,
+    bytes: usize,
+    answer: Answer,
+}
+
+/// The queue of evaluated writes, and the task that proposes them.
+pub(crate) struct Proposer {
+    queue: mpsc::UnboundedSender<Proposal>,
+}
+
+impl Proposer {
+    /// Starts the proposing task on the current runtime.
+    pub(crate) fn start(raft: Raft<TypeConfig>, limits: EntryLimits) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(raft, rx, limits));
+        Self { queue }
+    }
+
+    /// Proposes `effect` with the writes queued alongside it; resolves to the entry's index and
+    /// this effect's result once the entry is applied on this node.
+    pub(crate) async fn propose(
+        &self,
+        effect: Effect,
+    ) -> Result<(u64, CommandResult), ProposeError> {
+        let (answer, result) = oneshot::channel();
+        let bytes = effect.encoded_size();
+        self.queue
+            .send(Proposal {
+                effect,
+                bytes,
+                answer,
+            })
+            .map_err(|_| ProposeError::Unavailable("the proposer has stopped".into()))?;
+        result
+            .await
+            .unwrap_or_else(|_| Err(ProposeError::Unavailable("the proposer has stopped".into())))
+    }
+}
+
+async fn run(
+    raft: Raft<TypeConfig>,
+    mut queue: mpsc::UnboundedReceiver<Proposal>,
+    limits: EntryLimits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.in_flight_max.max(1)));
+    let mut held_back: Option<Proposal> = None;
+    loop {
+        let first = match held_back.take() {
+            Some(proposal) => proposal,
+            None => match queue.recv().await {
+                Some(proposal) => proposal,
+                None => return,
+            },
+        };
+        // Writes that arrive while every slot is taken wait here and join the next entry.
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let mut entry = Vec::new();
+        let mut executions = BTreeSet::new();
+        let mut bytes = 0usize;
+        let mut next = Some(first);
+        while let Some(proposal) = next.take() {
+            if !proposal.answer.is_closed() {
+                let fits = entry.is_empty()
+                    || (entry.len() < limits.effects_max
+                        && bytes.saturating_add(proposal.bytes) <= limits.bytes_max
+                        && !executions.contains(&proposal.effect.execution_id));
+                if !fits {
+                    held_back = Some(proposal);
+                    break;
+                }
+                bytes = bytes.saturating_add(proposal.bytes);
+                executions.insert(proposal.effect.execution_id.clone());
+                entry.push(proposal);
+            }
+            next = queue.try_recv().ok();
+        }
+        if entry.is_empty() {
+            continue;
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            write(&raft, entry).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Proposes `entry` as one Raft entry and answers each of its waiters.
+async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>) {
+    let count = entry.len();
+    let (mut effects, answers): (Vec<Effect>, Vec<Answer>) =
+        entry.into_iter().map(|p| (p.effect, p.answer)).unzip();
+    let command = match effects.pop() {
+        Some(only) if effects.is_empty() => Command::Effect(only),
+        Some(last) => {
+            effects.push(last);
+            Command::Effects(effects)
+        }
+        None => return,
+    };
+    let results: Vec<Result<(u64, CommandResult), ProposeError>> =
+        match raft.client_write(command).await {
+            Ok(response) => {
+                let index = response.log_id.index;
+                match response.data {
+                    CommandResult::Each(results) if count > 1 && results.len() == count => {
+                        results.into_iter().map(|r| Ok((index, r))).collect()
+                    }
+                    result if count == 1 => vec![Ok((index, result))],
+                    other => vec![
+                        Err(ProposeError::Unavailable(format!(
+                            "an entry of {count} effects applied as {other:?}"
+                        )));
+                        count
+                    ],
+                }
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                let leader = forward
+                    .leader_id
+                    .zip(forward.leader_node)
+                    .map(|(id, node)| Leader {
+                        id,
+                        addr: node.addr,
+                    });
+                vec![Err(ProposeError::NotLeader(leader)); count]
+            }
+            Err(err) => vec![Err(ProposeError::Unavailable(err.to_string())); count],
+        };
+    for (answer, result) in answers.into_iter().zip(results) {
+        // A waiter that gave up has nobody to tell.
+        let _ = answer.send(result);
+    }
+}

@@ -1,0 +1,726 @@
+//! `chainstore-bench`: chainstore and etcd side by side, in one run, on the same machine.
+//!
+//! It starts three `chainstore-node` processes and a three-member etcd on loopback, both with
+//! their default durability (every acknowledged write fsynced on a majority), and runs the
+//! same workloads against each, alternating between the two so that both see the same machine:
+//! - **append**: W writers, each on its own execution, each appending a ~200-byte JSON event
+//!   after the head it wrote last (chainstore: the head-checked append; etcd: one transaction
+//!   that compares the execution's head key and puts the event and the new head);
+//! - **read**: W readers, each reading a ten-event execution whole (chainstore: the guarded
+//!   read, linearizable; etcd: a linearizable range read of the execution's keys).
+//!
+//! Afterwards every acknowledged append is read back at its sequence from both systems; the
+//! table is printed only when that check passes. CPU seconds are those of the three server
+//! processes of each system during each phase.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chainstore_client::{
+    AppendRequest, Client, EventId, ExecutionId, Guarded, ReadOptions, RetryPolicy,
+};
+use chainstore_robustness::cluster::{leader_of, wait_ready, Cluster};
+use clap::Parser;
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(about = "chainstore and etcd side by side: head-checked appends and linearizable reads")]
+struct Args {
+    /// The chainstore-node binary (a release build).
+    #[arg(long)]
+    node_bin: PathBuf,
+    /// The etcd binary.
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: PathBuf,
+    /// A fresh directory for both systems' data and logs.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Writer (and reader) counts, one phase each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    concurrency: Vec<usize>,
+    /// Seconds per phase.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// The first chainstore port (three in a row).
+    #[arg(long, default_value_t = 7401)]
+    chainstore_port: u16,
+    /// The first etcd port (three client ports in a row, then three peer ports).
+    #[arg(long, default_value_t = 7411)]
+    etcd_port: u16,
+}
+
+/// What one phase of one system measured.
+#[derive(Default)]
+struct Phase {
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    latencies_us: Vec<u32>,
+    seconds: f64,
+    cpu_seconds: f64,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.seconds
+    }
+
+    fn percentile_ms(&self, p: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return f64::NAN;
+        }
+        let mut sorted = self.latencies_us.clone();
+        sorted.sort_unstable();
+        let at = ((sorted.len() - 1) as f64 * p).round() as usize;
+        sorted[at] as f64 / 1000.0
+    }
+
+    fn cpu_us_per_op(&self) -> f64 {
+        self.cpu_seconds * 1e6 / self.ops.max(1) as f64
+    }
+
+    fn merge(&mut self, other: Phase) {
+        self.ops += other.ops;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+        self.latencies_us.extend(other.latencies_us);
+    }
+}
+
+/// One writer's acknowledged appends: (sequence, event id), in order.
+type Acked = Vec<(u64, String)>;
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    std::process::exit(runtime.block_on(run(args)));
+}
+
+async fn run(args: Args) -> i32 {
+    if let Err(e) = std::fs::create_dir_all(&args.dir) {
+        eprintln!("creating {}: {e}", args.dir.display());
+        return 2;
+    }
+    let dir = args.dir.canonicalize().unwrap_or(args.dir.clone());
+
+    let chainstore_dir = dir.join("chainstore");
+    let mut cluster = match Cluster::new(
+        args.node_bin.clone(),
+        &chainstore_dir,
+        args.chainstore_port,
+        &[],
+        Vec::new(),
+    ) {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            eprintln!("laying out the chainstore cluster: {e}");
+            return 2;
+        }
+    };
+    for id in 1..=3 {
+        if let Err(e) = cluster.start(id) {
+            eprintln!("starting chainstore n{id}: {e}");
+            return 2;
+        }
+    }
+    let mut etcd = match Etcd::start(&args.etcd_bin, &dir.join("etcd"), args.etcd_port) {
+        Ok(etcd) => etcd,
+        Err(e) => {
+            eprintln!("starting etcd ({}): {e}", args.etcd_bin.display());
+            return 2;
+        }
+    };
+    let urls = cluster.urls();
+    if !wait_ready(&urls, Duration::from_secs(30)).await {
+        eprintln!(
+            "chainstore did not become ready; logs in {}",
+            chainstore_dir.display()
+        );
+        return 1;
+    }
+    let Some(leader) = leader_of(&urls).await else {
+        eprintln!("chainstore has no leader");
+        return 1;
+    };
+    let chainstore = Chainstore {
+        client: leader_client(&cluster.url(leader)),
+        pids: (1..=3).filter_map(|id| cluster.pid(id)).collect(),
+    };
+    let etcd_client = match etcd.leader_client().await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!(
+                "etcd did not elect a leader: {e}; logs in {}",
+                etcd.dir.display()
+            );
+            return 1;
+        }
+    };
+    let etcd_target = EtcdTarget {
+        client: etcd_client,
+        pids: etcd.pids(),
+    };
+    let phase = Duration::from_secs(args.seconds);
+
+    println!(
+        "chainstore: 3 nodes from {} (leader n{leader}); etcd: 3 members ({}); {} s per phase",
+        args.node_bin.display(),
+        etcd_version(&args.etcd_bin),
+        args.seconds
+    );
+    let mut rows = Vec::new();
+    let mut acked_chainstore: BTreeMap<String, Acked> = BTreeMap::new();
+    let mut acked_etcd: BTreeMap<String, Acked> = BTreeMap::new();
+    for &w in &args.concurrency {
+        let (c, acked) = chainstore.appends(w, phase).await;
+        acked_chainstore.extend(acked);
+        let (e, acked) = etcd_target.appends(w, phase).await;
+        acked_etcd.extend(acked);
+        eprintln!(
+            "append W={w}: chainstore {:.0}/s, etcd {:.0}/s",
+            c.rate(),
+            e.rate()
+        );
+        rows.push(("append", w, c, e));
+    }
+
+    // Ten-event executions for the readers, written the same way on both.
+    let readable = args.concurrency.iter().copied().max().unwrap_or(1);
+    for r in 0..readable {
+        let name = format!("read-{r}");
+        let (c, acked) = chainstore.writer(&name, 10, None).await;
+        let (e, acked_e) = etcd_target.writer(&name, 10, None).await;
+        if c.errors + e.errors > 0 || acked.len() != 10 || acked_e.len() != 10 {
+            eprintln!(
+                "preparing {name}: chainstore {:?}, etcd {:?}",
+                c.first_error, e.first_error
+            );
+            return 1;
+        }
+        acked_chainstore.insert(name.clone(), acked);
+        acked_etcd.insert(name, acked_e);
+    }
+    for &w in &args.concurrency {
+        let c = chainstore.reads(w, readable, phase).await;
+        let e = etcd_target.reads(w, readable, phase).await;
+        eprintln!(
+            "read W={w}: chainstore {:.0}/s, etcd {:.0}/s",
+            c.rate(),
+            e.rate()
+        );
+        rows.push(("read", w, c, e));
+    }
+
+    let checked_chainstore = chainstore.read_back(&acked_chainstore).await;
+    let checked_etcd = etcd_target.read_back(&acked_etcd).await;
+    drop(cluster);
+    etcd.stop();
+    let (checked_chainstore, checked_etcd) = match (checked_chainstore, checked_etcd) {
+        (Ok(c), Ok(e)) => (c, e),
+        (c, e) => {
+            if let Err(why) = c {
+                eprintln!("READ-BACK FAILED on chainstore: {why}");
+            }
+            if let Err(why) = e {
+                eprintln!("READ-BACK FAILED on etcd: {why}");
+            }
+            eprintln!("no figures: an acknowledged write was not read back");
+            return 1;
+        }
+    };
+    let failed = rows
+        .iter()
+        .any(|(_, _, c, e)| c.errors > 0 || e.errors > 0 || c.ops == 0 || e.ops == 0);
+    print_table(&rows);
+    println!(
+        "read back: chainstore {checked_chainstore} acknowledged appends, etcd {checked_etcd}, \
+         each at its sequence"
+    );
+    if failed {
+        for (kind, w, c, e) in &rows {
+            for (system, phase) in [("chainstore", c), ("etcd", e)] {
+                if let Some(error) = &phase.first_error {
+                    eprintln!(
+                        "{kind} W={w} {system}: {} errors, first: {error}",
+                        phase.errors
+                    );
+                }
+            }
+        }
+        return 1;
+    }
+    0
+}
+
+fn print_table(rows: &[(&str, usize, Phase, Phase)]) {
+    println!();
+    println!(
+        "| workload | W  | chainstore ops/s | p50 ms | p99 ms | CPU µs/op | etcd ops/s | p50 ms | p99 ms | CPU µs/op | chainstore/etcd |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (kind, w, c, e) in rows {
+        println!(
+            "| {kind} | {w} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2}× |",
+            c.rate(),
+            c.percentile_ms(0.5),
+            c.percentile_ms(0.99),
+            c.cpu_us_per_op(),
+            e.rate(),
+            e.percentile_ms(0.5),
+            e.percentile_ms(0.99),
+            e.cpu_us_per_op(),
+            c.rate() / e.rate()
+        );
+    }
+    println!();
+    let cpu = |f: fn(&Phase) -> f64| rows.iter().map(|(_, _, c, e)| (f(c), f(e)));
+    let (c, e) = cpu(|p| p.cpu_seconds).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    println!(
+        "CPU seconds of the three server processes over all phases: chainstore {c:.1}, etcd {e:.1}"
+    );
+}
+
+/// A ~200-byte JSON payload, as a workflow event would carry.
+fn payload(writer: &str, seq: u64) -> serde_json::Value {
+    json!({
+        "kind": "activity_task_completed",
+        "writer": writer,
+        "seq": seq,
+        "attempt": 1,
+        "result": "x".repeat(120),
+    })
+}
+
+fn leader_client(url: &str) -> Client {
+    Client::builder([url.to_string()])
+        .retry_policy(RetryPolicy {
+            attempts_max: 1,
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(10),
+            request_timeout: Duration::from_secs(5),
+        })
+        .build()
+        .expect("a client of a loopback URL")
+}
+
+/// User plus system CPU seconds of `pids` so far.
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name, which is in parentheses and may hold spaces.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .sum()
+}
+
+/// Runs `tasks` concurrently and measures them as one phase.
+async fn measured<F>(pids: &[u32], tasks: Vec<F>) -> (Phase, Vec<(String, Acked)>)
+where
+    F: std::future::Future<Output = (Phase, Option<(String, Acked)>)> + Send + 'static,
+{
+    let cpu_before = cpu_seconds(pids);
+    let started = Instant::now();
+    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    let mut total = Phase::default();
+    let mut acked = Vec::new();
+    for handle in handles {
+        let (phase, writes) = handle.await.expect("a bench task");
+        total.merge(phase);
+        acked.extend(writes);
+    }
+    total.seconds = started.elapsed().as_secs_f64();
+    total.cpu_seconds = cpu_seconds(pids) - cpu_before;
+    (total, acked)
+}
+
+struct Chainstore {
+    client: Client,
+    pids: Vec<u32>,
+}
+
+impl Chainstore {
+    /// Appends to execution `name` until `count` events or `until`, whichever is first.
+    fn writer(
+        &self,
+        name: &str,
+        count: u64,
+        until: Option<Instant>,
+    ) -> impl std::future::Future<Output = (Phase, Acked)> + Send + 'static {
+        let client = self.client.clone();
+        let name = name.to_string();
+        async move {
+            let exec = ExecutionId::new(name.clone()).expect("a valid execution id");
+            let mut phase = Phase::default();
+            let mut acked = Vec::new();
+            let mut prev: Option<EventId> = None;
+            for seq in 1..=count {
+                if until.is_some_and(|t| Instant::now() >= t) {
+                    break;
+                }
+                let event_id = EventId::new(format!("e{seq}")).expect("a valid event id");
+                let request = AppendRequest {
+                    event_id: event_id.clone(),
+                    prev_event_id: prev.clone(),
+                    parent_execution_id: None,
+                    payload: payload(&name, seq),
+                    genesis: seq == 1,
+                };
+                let sent = Instant::now();
+                match client.append(&exec, &request).await {
+                    Ok(appended) if appended.exec_seq == seq && !appended.duplicate => {
+                        phase.latencies_us.push(sent.elapsed().as_micros() as u32);
+                        phase.ops += 1;
+                        acked.push((seq, event_id.as_str().to_string()));
+                        prev = Some(event_id);
+                    }
+                    other => {
+                        phase.errors += 1;
+                        phase.first_error = Some(format!("{name} seq {seq}: {other:?}"));
+                        break;
+                    }
+                }
+            }
+            (phase, acked)
+        }
+    }
+
+    async fn appends(&self, writers: usize, length: Duration) -> (Phase, Vec<(String, Acked)>) {
+        let until = Instant::now() + length;
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let name = format!("w{writers}-{w}");
+                let writer = self.writer(&name, u64::MAX, Some(until));
+                async move {
+                    let (phase, acked) = writer.await;
+                    (phase, Some((name, acked)))
+                }
+            })
+            .collect();
+        measured(&self.pids, tasks).await
+    }
+
+    async fn reads(&self, readers: usize, executions: usize, length: Duration) -> Phase {
+        let until = Instant::now() + length;
+        let tasks: Vec<_> = (0..readers)
+            .map(|r| {
+                let client = self.client.clone();
+                let exec = ExecutionId::new(format!("read-{}", r % executions)).expect("valid");
+                async move {
+                    let mut phase = Phase::default();
+                    while Instant::now() < until {
+                        let sent = Instant::now();
+                        match client.chain(&exec, ReadOptions::default()).await {
+                            Ok(read) if matches!(&read.answer, Guarded::Authoritative(e) if e.len() == 10) => {
+                                phase.latencies_us.push(sent.elapsed().as_micros() as u32);
+                                phase.ops += 1;
+                            }
+                            other => {
+                                phase.errors += 1;
+                                phase.first_error = Some(format!("{exec}: {other:?}"));
+                                break;
+                            }
+                        }
+                    }
+                    (phase, None)
+                }
+            })
+            .collect();
+        measured(&self.pids, tasks).await.0
+    }
+
+    /// Every acknowledged append at its sequence, read linearizably.
+    async fn read_back(&self, acked: &BTreeMap<String, Acked>) -> Result<usize, String> {
+        let mut checked = 0;
+        for (name, writes) in acked {
+            let exec = ExecutionId::new(name.clone()).map_err(|e| e.to_string())?;
+            let read = self
+                .client
+                .chain(&exec, ReadOptions::default())
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            let Guarded::Authoritative(events) = read.answer else {
+                return Err(format!("{name}: {:?}", read.answer));
+            };
+            for (seq, id) in writes {
+                let stored = events.get(*seq as usize - 1);
+                if stored.is_none_or(|e| e.exec_seq != *seq || e.event_id.as_str() != id) {
+                    return Err(format!(
+                        "{name}: {id} acknowledged at seq {seq}, read {stored:?}"
+                    ));
+                }
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    }
+}
+
+struct EtcdTarget {
+    client: etcd_client::Client,
+    pids: Vec<u32>,
+}
+
+fn head_key(name: &str) -> String {
+    format!("/chains/{name}/head")
+}
+
+fn event_key(name: &str, seq: u64) -> String {
+    format!("/chains/{name}/events/{seq:012}")
+}
+
+impl EtcdTarget {
+    fn writer(
+        &self,
+        name: &str,
+        count: u64,
+        until: Option<Instant>,
+    ) -> impl std::future::Future<Output = (Phase, Acked)> + Send + 'static {
+        let mut client = self.client.clone();
+        let name = name.to_string();
+        async move {
+            let mut phase = Phase::default();
+            let mut acked = Vec::new();
+            let mut prev: Option<String> = None;
+            for seq in 1..=count {
+                if until.is_some_and(|t| Instant::now() >= t) {
+                    break;
+                }
+                let event_id = format!("e{seq}");
+                let event = json!({
+                    "event_id": event_id,
+                    "prev_event_id": prev,
+                    "payload": payload(&name, seq),
+                });
+                // The head check: the head key still names the event this writer wrote last
+                // (absent before the first).
+                let check = match &prev {
+                    None => Compare::version(head_key(&name), CompareOp::Equal, 0),
+                    Some(prev) => Compare::value(head_key(&name), CompareOp::Equal, prev.as_str()),
+                };
+                let txn = Txn::new().when(vec![check]).and_then(vec![
+                    TxnOp::put(event_key(&name, seq), event.to_string(), None),
+                    TxnOp::put(head_key(&name), event_id.as_str(), None),
+                ]);
+                let sent = Instant::now();
+                match client.txn(txn).await {
+                    Ok(answer) if answer.succeeded() => {
+                        phase.latencies_us.push(sent.elapsed().as_micros() as u32);
+                        phase.ops += 1;
+                        acked.push((seq, event_id.clone()));
+                        prev = Some(event_id);
+                    }
+                    Ok(_) => {
+                        phase.errors += 1;
+                        phase.first_error = Some(format!("{name} seq {seq}: head check failed"));
+                        break;
+                    }
+                    Err(e) => {
+                        phase.errors += 1;
+                        phase.first_error = Some(format!("{name} seq {seq}: {e}"));
+                        break;
+                    }
+                }
+            }
+            (phase, acked)
+        }
+    }
+
+    async fn appends(&self, writers: usize, length: Duration) -> (Phase, Vec<(String, Acked)>) {
+        let until = Instant::now() + length;
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let name = format!("w{writers}-{w}");
+                let writer = self.writer(&name, u64::MAX, Some(until));
+                async move {
+                    let (phase, acked) = writer.await;
+                    (phase, Some((name, acked)))
+                }
+            })
+            .collect();
+        measured(&self.pids, tasks).await
+    }
+
+    async fn reads(&self, readers: usize, executions: usize, length: Duration) -> Phase {
+        let until = Instant::now() + length;
+        let tasks: Vec<_> = (0..readers)
+            .map(|r| {
+                let mut client = self.client.clone();
+                let prefix = format!("/chains/read-{}/events/", r % executions);
+                async move {
+                    let mut phase = Phase::default();
+                    while Instant::now() < until {
+                        let sent = Instant::now();
+                        // Linearizable is etcd's default for a range read.
+                        match client
+                            .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+                            .await
+                        {
+                            Ok(answer) if answer.kvs().len() == 10 => {
+                                phase.latencies_us.push(sent.elapsed().as_micros() as u32);
+                                phase.ops += 1;
+                            }
+                            Ok(answer) => {
+                                phase.errors += 1;
+                                phase.first_error =
+                                    Some(format!("{prefix}: {} keys", answer.kvs().len()));
+                                break;
+                            }
+                            Err(e) => {
+                                phase.errors += 1;
+                                phase.first_error = Some(format!("{prefix}: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    (phase, None)
+                }
+            })
+            .collect();
+        measured(&self.pids, tasks).await.0
+    }
+
+    async fn read_back(&self, acked: &BTreeMap<String, Acked>) -> Result<usize, String> {
+        let mut client = self.client.clone();
+        let mut checked = 0;
+        for (name, writes) in acked {
+            let prefix = format!("/chains/{name}/events/");
+            let answer = client
+                .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            let stored: BTreeMap<&[u8], &[u8]> = answer
+                .kvs()
+                .iter()
+                .map(|kv| (kv.key(), kv.value()))
+                .collect();
+            for (seq, id) in writes {
+                let key = event_key(name, *seq);
+                let event: Option<serde_json::Value> = stored
+                    .get(key.as_bytes())
+                    .and_then(|v| serde_json::from_slice(v).ok());
+                if event.as_ref().and_then(|e| e["event_id"].as_str()) != Some(id.as_str()) {
+                    return Err(format!(
+                        "{name}: {id} acknowledged at seq {seq}, read {event:?}"
+                    ));
+                }
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    }
+}
+
+/// Three etcd members on loopback, with etcd's defaults otherwise.
+struct Etcd {
+    dir: PathBuf,
+    clients: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl Etcd {
+    fn start(bin: &Path, dir: &Path, base_port: u16) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let client_url = |i: u16| format!("http://127.0.0.1:{}", base_port + i);
+        let peer_url = |i: u16| format!("http://127.0.0.1:{}", base_port + 3 + i);
+        let initial: Vec<String> = (0..3).map(|i| format!("e{i}={}", peer_url(i))).collect();
+        let mut children = Vec::new();
+        for i in 0..3u16 {
+            let log = std::fs::File::create(dir.join(format!("e{i}.log")))?;
+            let child = Command::new(bin)
+                .arg(format!("--name=e{i}"))
+                .arg(format!(
+                    "--data-dir={}",
+                    dir.join(format!("e{i}")).display()
+                ))
+                .arg(format!("--listen-client-urls={}", client_url(i)))
+                .arg(format!("--advertise-client-urls={}", client_url(i)))
+                .arg(format!("--listen-peer-urls={}", peer_url(i)))
+                .arg(format!("--initial-advertise-peer-urls={}", peer_url(i)))
+                .arg(format!("--initial-cluster={}", initial.join(",")))
+                .arg("--initial-cluster-state=new")
+                .arg("--initial-cluster-token=chainstore-bench")
+                .arg("--logger=zap")
+                .arg("--log-level=warn")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()?;
+            children.push(child);
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            clients: (0..3).map(client_url).collect(),
+            children,
+        })
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// A client of the leader only (as chainstore's client talks to its leader only).
+    async fn leader_client(&self) -> Result<etcd_client::Client, String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = String::from("no answer");
+        while Instant::now() < deadline {
+            for url in &self.clients {
+                let attempt = async {
+                    let mut client = etcd_client::Client::connect([url.as_str()], None).await?;
+                    let status = client.status().await?;
+                    let me = status.header().map(|h| h.member_id());
+                    Ok::<_, etcd_client::Error>((
+                        client,
+                        status.leader() != 0 && me == Some(status.leader()),
+                    ))
+                };
+                match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+                    Ok(Ok((client, true))) => return Ok(client),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => last = e.to_string(),
+                    Err(_) => last = "timed out".into(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(last)
+    }
+
+    fn stop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn etcd_version(bin: &Path) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "version unknown".into())
+}
