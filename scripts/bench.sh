@@ -31,8 +31,9 @@ ensure_build_prereqs
 ensure_command etcd etcd-server
 # etcd's Rust client compiles etcd's protocol files.
 ensure_command protoc protobuf-compiler
-cargo build -q --release -p chainstore-node
-cargo build -q --release -p chainstore-robustness --features etcd --bin chainstore-bench
+# One build for both binaries, so RocksDB is compiled once with one set of features.
+cargo build -q --release -p chainstore-node -p chainstore-robustness \
+  --features chainstore-robustness/etcd --bin chainstore-node --bin chainstore-bench
 
 if [ -z "$dir" ]; then
   dir="$PWD/target/bench/$(date +%Y%m%d-%H%M%S)"

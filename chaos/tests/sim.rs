@@ -39,14 +39,26 @@ fn check(seed: u64, load_secs: u64) -> chaos::Report {
     report
 }
 
+/// Entries that carried the writes of several executions in a run (read off its change feed).
+fn shared_entries(report: &chaos::Report) -> u64 {
+    report
+        .stats
+        .get("entries holding writes of several executions")
+        .copied()
+        .unwrap_or(0)
+}
+
 macro_rules! seeds {
     ($($name:ident: $($seed:expr),+;)+) => {
         $(
             #[test]
             fn $name() {
+                let mut shared = 0;
                 for seed in [$($seed),+] {
-                    check(seed, LOAD_SECS);
+                    shared += shared_entries(&check(seed, LOAD_SECS));
                 }
+                // The crashes must have met entries carrying several requests' writes.
+                assert!(shared > 0, "no entry held the writes of several executions");
             }
         )+
     };

@@ -207,7 +207,8 @@ impl Default for Metrics {
             ),
             apply_seconds: Histogram::new(
                 "chainstore_apply_write_seconds",
-                "Time of one non-durable batch write (a state-machine apply).",
+                "Time of one non-durable batch write (a state-machine apply, or Raft log \
+                 entries written before the group fsync that makes them durable).",
             ),
             tls_reloads: Family::new(
                 "chainstore_tls_reloads_total",

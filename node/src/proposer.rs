@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
@@ -39,6 +40,10 @@ pub(crate) struct EntryLimits {
     pub bytes_max: usize,
     /// Entries of this proposer under way at once.
     pub in_flight_max: usize,
+    /// How long an entry may take to be applied before its slot is given to the next one (its
+    /// waiters are told its outcome is unknown): an entry that never answers — proposed by a
+    /// leader deposed before it committed — must not stop every later write.
+    pub write_timeout: Duration,
 }
 
 type Answer = oneshot::Sender<Result<(u64, CommandResult), ProposeError>>;
@@ -126,15 +131,16 @@ async fn run(
             continue;
         }
         let raft = raft.clone();
+        let timeout = limits.write_timeout;
         tokio::spawn(async move {
-            write(&raft, entry).await;
+            write(&raft, entry, timeout).await;
             drop(slot);
         });
     }
 }
 
 /// Proposes `entry` as one Raft entry and answers each of its waiters.
-async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>) {
+async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>, timeout: Duration) {
     let count = entry.len();
     let (mut effects, answers): (Vec<Effect>, Vec<Answer>) =
         entry.into_iter().map(|p| (p.effect, p.answer)).unzip();
@@ -146,35 +152,42 @@ async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>) {
         }
         None => return,
     };
-    let results: Vec<Result<(u64, CommandResult), ProposeError>> =
-        match raft.client_write(command).await {
-            Ok(response) => {
-                let index = response.log_id.index;
-                match response.data {
-                    CommandResult::Each(results) if count > 1 && results.len() == count => {
-                        results.into_iter().map(|r| Ok((index, r))).collect()
-                    }
-                    result if count == 1 => vec![Ok((index, result))],
-                    other => vec![
-                        Err(ProposeError::Unavailable(format!(
-                            "an entry of {count} effects applied as {other:?}"
-                        )));
-                        count
-                    ],
+    let written = tokio::time::timeout(timeout, raft.client_write(command)).await;
+    let results: Vec<Result<(u64, CommandResult), ProposeError>> = match written {
+        Err(_) => vec![
+            Err(ProposeError::Unavailable(
+                "the write was not applied in time; its outcome is unknown: retry it unchanged"
+                    .into()
+            ));
+            count
+        ],
+        Ok(Ok(response)) => {
+            let index = response.log_id.index;
+            match response.data {
+                CommandResult::Each(results) if count > 1 && results.len() == count => {
+                    results.into_iter().map(|r| Ok((index, r))).collect()
                 }
+                result if count == 1 => vec![Ok((index, result))],
+                other => vec![
+                    Err(ProposeError::Unavailable(format!(
+                        "an entry of {count} effects applied as {other:?}"
+                    )));
+                    count
+                ],
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                let leader = forward
-                    .leader_id
-                    .zip(forward.leader_node)
-                    .map(|(id, node)| Leader {
-                        id,
-                        addr: node.addr,
-                    });
-                vec![Err(ProposeError::NotLeader(leader)); count]
-            }
-            Err(err) => vec![Err(ProposeError::Unavailable(err.to_string())); count],
-        };
+        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            let leader = forward
+                .leader_id
+                .zip(forward.leader_node)
+                .map(|(id, node)| Leader {
+                    id,
+                    addr: node.addr,
+                });
+            vec![Err(ProposeError::NotLeader(leader)); count]
+        }
+        Ok(Err(err)) => vec![Err(ProposeError::Unavailable(err.to_string())); count],
+    };
     for (answer, result) in answers.into_iter().zip(results) {
         // A waiter that gave up has nobody to tell.
         let _ = answer.send(result);

@@ -334,24 +334,30 @@ pub async fn wait_ready(urls: &[String], within: Duration) -> bool {
 
 /// A GET answered 200 (a bare HTTP/1.1 request: the probe needs no client library).
 async fn http_ok(url: &str) -> bool {
+    http_get(url).await.is_some_and(|(status, _)| status == 200)
+}
+
+/// A GET's status and body (a bare HTTP/1.1 request, the connection closed after it), or
+/// `None` when the node does not answer within a second.
+pub async fn http_get(url: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
+    let rest = url.strip_prefix("http://")?;
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
         let request = format!("GET /{path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await.ok()?;
-        Some(head.starts_with(b"HTTP/1.1 200"))
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let status = answer.get(9..12)?.parse().ok()?;
+        let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+        Some((status, body))
     };
     tokio::time::timeout(Duration::from_secs(1), attempt)
         .await
         .ok()
         .flatten()
-        .unwrap_or(false)
 }
 
 /// The node that says it leads, if one does.

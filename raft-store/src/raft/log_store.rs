@@ -30,7 +30,8 @@ const READ_BYTES_MAX: usize = 16 << 20;
 pub enum LogFlush {
     /// In `append` itself, which returns once the entries are durable.
     Inline,
-    /// On a thread of its own (group commit): `append` returns once the entries are written
+    /// On a thread of its own, from tokio's blocking pool (group commit): `append` returns once
+    /// the entries are written
     /// and readable; the thread syncs everything written since its last sync in ONE fsync and
     /// then tells openraft, for every append it covers, that its entries are durable. The
     /// async workers never wait for the disk, and appends that queue up during one fsync share
@@ -72,21 +73,23 @@ impl<E: Engine + ?Sized> LogStore<E> {
         }
     }
 
-    /// A log store whose appends are made durable as `flush` says (a thread or task is started
-    /// for [`LogFlush::Thread`] and [`LogFlush::Task`]; it ends with the last clone).
-    pub fn with_flush(engine: Arc<E>, flush: LogFlush) -> std::io::Result<Self> {
+    /// A log store whose appends are made durable as `flush` says (a blocking thread or a task
+    /// is started on the current runtime for [`LogFlush::Thread`] and [`LogFlush::Task`]; it
+    /// ends with the last clone).
+    pub fn with_flush(engine: Arc<E>, flush: LogFlush) -> Self {
         let flushing = match flush {
             LogFlush::Inline => None,
             LogFlush::Thread => {
                 let (queue, mut waiting) = mpsc::unbounded_channel();
                 let engine = Arc::clone(&engine);
-                std::thread::Builder::new()
-                    .name("raft-log-fsync".into())
-                    .spawn(move || {
-                        while let Some(first) = waiting.blocking_recv() {
-                            flush_queued(&*engine, first, &mut waiting);
-                        }
-                    })?;
+                // A thread of the runtime's blocking pool rather than one of its own: the
+                // runtime's shutdown drops every task holding a clone (so the loop ends) and
+                // waits for it, so no fsync is still running while the process exits.
+                tokio::task::spawn_blocking(move || {
+                    while let Some(first) = waiting.blocking_recv() {
+                        flush_queued(&*engine, first, &mut waiting);
+                    }
+                });
                 Some(queue)
             }
             LogFlush::Task => {
@@ -100,7 +103,7 @@ impl<E: Engine + ?Sized> LogStore<E> {
                 Some(queue)
             }
         };
-        Ok(Self { engine, flushing })
+        Self { engine, flushing }
     }
 
     fn read_value<T: DeserializeOwned>(

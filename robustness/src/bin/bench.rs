@@ -16,12 +16,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chainstore_client::{
     AppendRequest, Client, EventId, ExecutionId, Guarded, ReadOptions, RetryPolicy,
 };
-use chainstore_robustness::cluster::{leader_of, wait_ready, Cluster};
+use chainstore_robustness::cluster::{http_get, leader_of, wait_ready, Cluster};
 use clap::Parser;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde_json::json;
@@ -152,8 +153,9 @@ async fn run(args: Args) -> i32 {
         return 1;
     };
     let chainstore = Chainstore {
-        client: leader_client(&cluster.url(leader)),
+        client: Arc::new(leader_client(&cluster.url(leader))),
         pids: (1..=3).filter_map(|id| cluster.pid(id)).collect(),
+        leader_url: cluster.url(leader),
     };
     let etcd_client = match etcd.leader_client().await {
         Ok(client) => client,
@@ -180,8 +182,11 @@ async fn run(args: Args) -> i32 {
     let mut rows = Vec::new();
     let mut acked_chainstore: BTreeMap<String, Acked> = BTreeMap::new();
     let mut acked_etcd: BTreeMap<String, Acked> = BTreeMap::new();
+    let mut profile = Vec::new();
     for &w in &args.concurrency {
+        let before = chainstore.counters().await;
         let (c, acked) = chainstore.appends(w, phase).await;
+        profile.push((w, c.ops, chainstore.counters().await.since(before)));
         acked_chainstore.extend(acked);
         let (e, acked) = etcd_target.appends(w, phase).await;
         acked_etcd.extend(acked);
@@ -241,6 +246,7 @@ async fn run(args: Args) -> i32 {
         .iter()
         .any(|(_, _, c, e)| c.errors > 0 || e.errors > 0 || c.ops == 0 || e.ops == 0);
     print_table(&rows);
+    print_profile(&profile);
     println!(
         "read back: chainstore {checked_chainstore} acknowledged appends, etcd {checked_etcd}, \
          each at its sequence"
@@ -282,11 +288,30 @@ fn print_table(rows: &[(&str, usize, Phase, Phase)]) {
         );
     }
     println!();
-    let cpu = |f: fn(&Phase) -> f64| rows.iter().map(|(_, _, c, e)| (f(c), f(e)));
-    let (c, e) = cpu(|p| p.cpu_seconds).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let (c, e) = rows.iter().fold((0.0, 0.0), |(c, e), (_, _, cs, es)| {
+        (c + cs.cpu_seconds, e + es.cpu_seconds)
+    });
     println!(
         "CPU seconds of the three server processes over all phases: chainstore {c:.1}, etcd {e:.1}"
     );
+}
+
+fn print_profile(profile: &[(usize, u64, Counters)]) {
+    println!();
+    println!("chainstore leader, per append phase:");
+    println!("| W | appends | Raft entries | appends per entry | fsyncs | fsync mean µs | apply writes | apply mean µs |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, appends, c) in profile {
+        println!(
+            "| {w} | {appends} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            c.last_log_index,
+            *appends as f64 / c.last_log_index.max(1.0),
+            c.fsyncs,
+            c.fsync_seconds * 1e6 / c.fsyncs.max(1.0),
+            c.applies,
+            c.apply_seconds * 1e6 / c.applies.max(1.0),
+        );
+    }
 }
 
 /// A ~200-byte JSON payload, as a workflow event would carry.
@@ -349,11 +374,56 @@ where
 }
 
 struct Chainstore {
-    client: Client,
+    client: Arc<Client>,
     pids: Vec<u32>,
+    leader_url: String,
+}
+
+/// The leader's own counters: where the time of its appends went.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    fsync_seconds: f64,
+    fsyncs: f64,
+    apply_seconds: f64,
+    applies: f64,
+    last_log_index: f64,
+}
+
+impl Counters {
+    fn parse(metrics: &str) -> Self {
+        let value = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        Self {
+            fsync_seconds: value("chainstore_fsync_seconds_sum"),
+            fsyncs: value("chainstore_fsync_seconds_count"),
+            apply_seconds: value("chainstore_apply_write_seconds_sum"),
+            applies: value("chainstore_apply_write_seconds_count"),
+            last_log_index: value("chainstore_raft_last_log_index"),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            fsync_seconds: self.fsync_seconds - before.fsync_seconds,
+            fsyncs: self.fsyncs - before.fsyncs,
+            apply_seconds: self.apply_seconds - before.apply_seconds,
+            applies: self.applies - before.applies,
+            last_log_index: self.last_log_index - before.last_log_index,
+        }
+    }
 }
 
 impl Chainstore {
+    async fn counters(&self) -> Counters {
+        let metrics = http_get(&format!("{}/metrics", self.leader_url)).await;
+        Counters::parse(&metrics.map(|(_, body)| body).unwrap_or_default())
+    }
+
     /// Appends to execution `name` until `count` events or `until`, whichever is first.
     fn writer(
         &self,
@@ -361,7 +431,7 @@ impl Chainstore {
         count: u64,
         until: Option<Instant>,
     ) -> impl std::future::Future<Output = (Phase, Acked)> + Send + 'static {
-        let client = self.client.clone();
+        let client = Arc::clone(&self.client);
         let name = name.to_string();
         async move {
             let exec = ExecutionId::new(name.clone()).expect("a valid execution id");
@@ -418,7 +488,7 @@ impl Chainstore {
         let until = Instant::now() + length;
         let tasks: Vec<_> = (0..readers)
             .map(|r| {
-                let client = self.client.clone();
+                let client = Arc::clone(&self.client);
                 let exec = ExecutionId::new(format!("read-{}", r % executions)).expect("valid");
                 async move {
                     let mut phase = Phase::default();
