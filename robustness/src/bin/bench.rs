@@ -373,6 +373,31 @@ where
     (total, acked)
 }
 
+/// `writers` writers, each on its own execution, appending until `length` has passed.
+async fn append_phase<W, F>(
+    pids: &[u32],
+    writers: usize,
+    length: Duration,
+    writer: W,
+) -> (Phase, Vec<(String, Acked)>)
+where
+    W: Fn(&str, Instant) -> F,
+    F: std::future::Future<Output = (Phase, Acked)> + Send + 'static,
+{
+    let until = Instant::now() + length;
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let name = format!("w{writers}-{w}");
+            let writing = writer(&name, until);
+            async move {
+                let (phase, acked) = writing.await;
+                (phase, Some((name, acked)))
+            }
+        })
+        .collect();
+    measured(pids, tasks).await
+}
+
 struct Chainstore {
     client: Arc<Client>,
     pids: Vec<u32>,
@@ -470,18 +495,10 @@ impl Chainstore {
     }
 
     async fn appends(&self, writers: usize, length: Duration) -> (Phase, Vec<(String, Acked)>) {
-        let until = Instant::now() + length;
-        let tasks: Vec<_> = (0..writers)
-            .map(|w| {
-                let name = format!("w{writers}-{w}");
-                let writer = self.writer(&name, u64::MAX, Some(until));
-                async move {
-                    let (phase, acked) = writer.await;
-                    (phase, Some((name, acked)))
-                }
-            })
-            .collect();
-        measured(&self.pids, tasks).await
+        append_phase(&self.pids, writers, length, |name, until| {
+            self.writer(name, u64::MAX, Some(until))
+        })
+        .await
     }
 
     async fn reads(&self, readers: usize, executions: usize, length: Duration) -> Phase {
@@ -611,18 +628,10 @@ impl EtcdTarget {
     }
 
     async fn appends(&self, writers: usize, length: Duration) -> (Phase, Vec<(String, Acked)>) {
-        let until = Instant::now() + length;
-        let tasks: Vec<_> = (0..writers)
-            .map(|w| {
-                let name = format!("w{writers}-{w}");
-                let writer = self.writer(&name, u64::MAX, Some(until));
-                async move {
-                    let (phase, acked) = writer.await;
-                    (phase, Some((name, acked)))
-                }
-            })
-            .collect();
-        measured(&self.pids, tasks).await
+        append_phase(&self.pids, writers, length, |name, until| {
+            self.writer(name, u64::MAX, Some(until))
+        })
+        .await
     }
 
     async fn reads(&self, readers: usize, executions: usize, length: Duration) -> Phase {
