@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/prereqs.sh
 ensure_build_prereqs
+ensure_postgres_server
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --profile ci "$@"

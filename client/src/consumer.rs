@@ -27,7 +27,19 @@ pub trait LogSource: Send + Sync {
     fn read_log<'a>(
         &'a self,
         exec: &'a ExecutionId,
-    ) -> BoxFuture<'a, Result<Vec<LogEvent>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<LogEvent>, LogError>>;
+}
+
+/// Why the log could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// The log's store cannot be reached now; reading again later may succeed.
+    #[error("the log is unavailable: {0}")]
+    Unavailable(String),
+    /// The log holds something that is not an event (a bad id, a payload that is not JSON):
+    /// reading again gives the same answer.
+    #[error("the log holds an invalid event: {0}")]
+    Invalid(String),
 }
 
 /// What a reconciled populate concluded.
@@ -78,8 +90,8 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReconcileError {
     /// The log could not be read.
-    #[error("the log could not be read: {0}")]
-    Log(String),
+    #[error(transparent)]
+    Log(#[from] LogError),
     /// The store could not be reached or refused the call.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -107,10 +119,7 @@ impl<'a> Reconciler<'a> {
     }
 
     async fn read(&self, exec: &ExecutionId) -> Result<Vec<LogEvent>, ReconcileError> {
-        self.source
-            .read_log(exec)
-            .await
-            .map_err(ReconcileError::Log)
+        Ok(self.source.read_log(exec).await?)
     }
 
     /// Reads the log, populates, and when the store says `stale_log`, re-reads until the log
@@ -229,7 +238,7 @@ impl Comparator {
                 continue;
             };
             run.answered += 1;
-            let log = source.read_log(exec).await.map_err(ReconcileError::Log)?;
+            let log = source.read_log(exec).await?;
             let stored: Vec<_> = events.iter().map(|e| (&e.event_id, &e.payload)).collect();
             let logged: Option<Vec<_>> = order_by_links(&log).ok().map(|ordered| {
                 ordered

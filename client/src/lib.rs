@@ -8,12 +8,21 @@
 //! - `consumer.rs`: [`LogSource`], [`Reconciler`] (turns `stale_log` into staleness or a
 //!   second-writer divergence by re-reading the log), [`Comparator`] (agreement and coverage).
 //!
-//! The `chainctl` binary (`src/bin/chainctl`) is built on this crate.
+//! - `connect.rs`: [`ConnectArgs`], the connection flags the command-line tools share.
+//! - [`postgres`]: the authoritative log in a PostgreSQL table ([`postgres::PgLog`], a
+//!   [`LogSource`]); [`populator`]: follows that table into a cluster, with metrics.
+//!
+//! The `chainctl` binary (`src/bin/chainctl`) and `chainstore-populator`
+//! (`src/bin/chainstore-populator`) are built on this crate.
 
 mod client;
+mod connect;
 mod consumer;
 mod error;
 mod types;
+
+pub mod populator;
+pub mod postgres;
 
 pub use chainstore_model::api::{
     self, ChangesAnswer, ClusterStatus, Consistency, RaftRole, StateAnswer,
@@ -28,8 +37,9 @@ pub use chainstore_transport::{KeyPair, TlsClientOptions};
 pub use client::{
     Client, ClientBuilder, RetryPolicy, PART_BYTES_MAX, PART_EVENTS_MAX, RESPONSE_BYTES_MAX,
 };
+pub use connect::{ConnectArgs, ConnectError};
 pub use consumer::{
-    BoxFuture, Comparator, Comparison, LogSource, ReconcileError, Reconciler, Verdict,
+    BoxFuture, Comparator, Comparison, LogError, LogSource, ReconcileError, Reconciler, Verdict,
 };
 pub use error::ClientError;
 pub use types::{

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chainstore_client::{
     AppendRequest, BoxFuture, ChainEvent, Client, ClientError, Comparator, EventId, ExecutionId,
-    Fork, FromLog, Guarded, Limit, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
+    Fork, FromLog, Guarded, Limit, LogError, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
 };
 use chainstore_transport::{ReqwestTransport, Transport, TransportError};
 use common::InProcCluster;
@@ -292,7 +292,7 @@ impl LogSource for MemLog {
     fn read_log<'a>(
         &'a self,
         exec: &'a ExecutionId,
-    ) -> BoxFuture<'a, Result<Vec<LogEvent>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<LogEvent>, LogError>> {
         Box::pin(async move {
             let mut log = self
                 .logs

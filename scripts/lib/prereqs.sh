@@ -44,3 +44,15 @@ ensure_pip_command() {
   python3 -m pip install -q --user "$2" 2>/dev/null || python3 -m pip install -q --user --break-system-packages "$2"
   export PATH="$HOME/.local/bin:$PATH"
 }
+
+# ensure_postgres_server: installs Debian's PostgreSQL server programs when initdb is missing
+# (the populator's end-to-end test starts its own server on loopback from them).
+ensure_postgres_server() {
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && return 0
+  command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ] && return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing postgresql" >&2
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q postgresql
+}

@@ -16,9 +16,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chainstore_client::postgres::{PgLog, PgTable, TableArgs};
 use chainstore_client::{
-    AppendRequest, Client, ClientError, Consistency, EventId, ExecutionId, FromLog, Guarded,
-    KeyPair, LogEvent, ReadOptions, RetryPolicy, TlsClientOptions,
+    AppendRequest, Client, ClientError, ConnectArgs, Consistency, EventId, ExecutionId, FromLog,
+    Guarded, LogError, LogEvent, ReadOptions, ReconcileError, Reconciler, Verdict,
 };
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -28,37 +29,11 @@ use output::{print_table, Failure};
 #[derive(Debug, Parser)]
 #[command(name = "chainctl", version, about = "Talks to a chainstore cluster.")]
 struct Cli {
-    /// Comma-separated node URLs.
-    #[arg(
-        long,
-        env = "CHAINCTL_NODES",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103"
-    )]
-    nodes: Vec<String>,
-    /// A file holding the bearer token for the client API (or set CHAINCTL_TOKEN; there is no
-    /// flag for the token itself, so it never shows in `ps`).
-    #[arg(long, env = "CHAINCTL_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
-    /// The CA certificate(s), PEM, that `https://` nodes' certificates chain to (default: the
-    /// system's trust store).
-    #[arg(long, env = "CHAINCTL_CA_FILE")]
-    ca_file: Option<PathBuf>,
-    /// A client certificate (PEM) to present; it names a role (`chainstore://role/<role>`).
-    #[arg(long, env = "CHAINCTL_CERT", requires = "key")]
-    cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, env = "CHAINCTL_KEY", requires = "cert")]
-    key: Option<PathBuf>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
-    /// Deadline of one request, in milliseconds.
-    #[arg(long, default_value_t = 5_000)]
-    timeout_ms: u64,
-    /// Attempts per call before giving up on an unavailable cluster.
-    #[arg(long, default_value_t = 10)]
-    attempts: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -118,13 +93,28 @@ enum Command {
         #[arg(long)]
         local: bool,
     },
-    /// Populates executions from a JSON-lines log (one event per line, with `execution_id`).
+    /// Populates executions from a JSON-lines log (one event per line, with `execution_id`),
+    /// or one execution from a PostgreSQL event table (`--from-postgres DSN --execution ID`,
+    /// through the reconciler: a store that runs ahead of the log is re-read before it is
+    /// called a second writer).
     Populate {
-        #[arg(long)]
-        file: PathBuf,
+        #[arg(
+            long,
+            required_unless_present = "from_postgres",
+            conflicts_with = "from_postgres"
+        )]
+        file: Option<PathBuf>,
         /// Executions populated at once.
         #[arg(long, default_value_t = 4)]
         concurrency: usize,
+        /// A PostgreSQL connection string: read the log from its table.
+        #[arg(long, requires = "execution")]
+        from_postgres: Option<String>,
+        /// The execution to populate from PostgreSQL.
+        #[arg(long)]
+        execution: Option<String>,
+        #[command(flatten)]
+        table: TableArgs,
     },
     /// The commit-ordered change feed.
     Changes {
@@ -180,44 +170,6 @@ fn read_options(local: bool, min_index: Option<u64>) -> ReadOptions {
     }
 }
 
-fn read_file(path: &PathBuf) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))
-}
-
-/// The bearer token: CHAINCTL_TOKEN or `--token-file`, not both.
-fn token(cli: &Cli) -> Result<Option<String>, Failure> {
-    let from_env = std::env::var("CHAINCTL_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    match (from_env, &cli.token_file) {
-        (Some(_), Some(_)) => Err(Failure::usage(
-            "the token comes from CHAINCTL_TOKEN or --token-file, not both",
-        )),
-        (Some(token), None) => Ok(Some(token)),
-        (None, Some(path)) => {
-            let text = String::from_utf8(read_file(path)?)
-                .map_err(|_| Failure::usage(format!("{} is not text", path.display())))?;
-            Ok(Some(text.trim().to_string()).filter(|t| !t.is_empty()))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
-fn tls_options(cli: &Cli) -> Result<TlsClientOptions, Failure> {
-    let roots_pem = cli.ca_file.as_ref().map(read_file).transpose()?;
-    let identity = match (&cli.cert, &cli.key) {
-        (Some(cert), Some(key)) => Some(
-            KeyPair::from_pem(&read_file(cert)?, &read_file(key)?)
-                .map_err(|e| Failure::usage(format!("--cert/--key: {e}")))?,
-        ),
-        _ => None,
-    };
-    Ok(TlsClientOptions {
-        roots_pem,
-        identity,
-    })
-}
-
 fn print_json(value: &Value) {
     println!(
         "{}",
@@ -226,18 +178,11 @@ fn print_json(value: &Value) {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let policy = RetryPolicy {
-        attempts_max: cli.attempts.max(1),
-        request_timeout: Duration::from_millis(cli.timeout_ms),
-        ..RetryPolicy::default()
-    };
-    let mut builder = Client::builder(cli.nodes.clone())
-        .retry_policy(policy)
-        .tls(tls_options(&cli)?);
-    if let Some(token) = token(&cli)? {
-        builder = builder.token(token);
-    }
-    let client = Arc::new(builder.build().map_err(Failure::from)?);
+    let client = Arc::new(
+        cli.connect
+            .client()
+            .map_err(|e| Failure::usage(e.to_string()))?,
+    );
     let json = cli.json;
     match cli.command {
         Command::Cluster {
@@ -390,9 +335,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 None => Err(Failure::refused(format!("{exec} has no event {id}"))),
             }
         }
-        Command::Populate { file, concurrency } => {
-            populate(client, &file, concurrency.max(1), json).await
-        }
+        Command::Populate {
+            file,
+            concurrency,
+            from_postgres,
+            execution: exec,
+            table,
+        } => match (file, from_postgres, exec) {
+            (_, Some(dsn), Some(exec)) => {
+                populate_from_postgres(&client, &dsn, &table, &execution(&exec)?, json).await
+            }
+            (Some(file), _, _) => populate(client, &file, concurrency.max(1), json).await,
+            _ => Err(Failure::usage(
+                "populate needs --file, or --from-postgres with --execution",
+            )),
+        },
         Command::Changes {
             after,
             limit,
@@ -645,6 +602,51 @@ async fn populate(
         .iter()
         .any(|k| counts.contains_key(*k));
     if unhealthy {
+        Err(Failure::silent(1))
+    } else {
+        Ok(())
+    }
+}
+
+/// Populates one execution from a PostgreSQL table through the reconciler.
+async fn populate_from_postgres(
+    client: &Client,
+    dsn: &str,
+    table: &TableArgs,
+    exec: &ExecutionId,
+    json: bool,
+) -> Result<(), Failure> {
+    let table = PgTable::new(table.names()).map_err(Failure::usage)?;
+    let log = PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
+        LogError::Unavailable(m) => Failure::unavailable(m),
+        LogError::Invalid(m) => Failure::usage(m),
+    })?;
+    let verdict = Reconciler::new(client, &log)
+        .reconcile(exec)
+        .await
+        .map_err(|e| match e {
+            ReconcileError::Client(e) => Failure::from(e),
+            ReconcileError::Log(LogError::Unavailable(m)) => Failure::unavailable(m),
+            ReconcileError::Log(LogError::Invalid(m)) => Failure::refused(m),
+        })?;
+    let answer = match &verdict {
+        Verdict::InSync { outcome } => json!({ "verdict": "in_sync", "outcome": outcome }),
+        Verdict::Staleness { outcome, rereads } => {
+            json!({ "verdict": "staleness", "outcome": outcome, "rereads": rereads })
+        }
+        Verdict::SecondWriter {
+            stored_len,
+            log_len,
+        } => json!({ "verdict": "second_writer", "stored_len": stored_len, "log_len": log_len }),
+        Verdict::Diverged { outcome } => json!({ "verdict": "diverged", "outcome": outcome }),
+        Verdict::Refused { outcome } => json!({ "verdict": "refused", "outcome": outcome }),
+    };
+    if json {
+        print_json(&answer);
+    } else {
+        println!("{exec}: {answer}");
+    }
+    if verdict.is_divergence() {
         Err(Failure::silent(1))
     } else {
         Ok(())
