@@ -172,8 +172,12 @@ pub struct Comparison {
     pub compared: u64,
     /// Executions the store answered authoritatively.
     pub answered: u64,
-    /// Answers equal to the log's chain.
+    /// Answers equal to the log's chain, or to its beginning: the log is read after the store,
+    /// so a log that grew in between (the populator has not caught up yet) is not a
+    /// disagreement.
     pub agreed: u64,
+    /// Of the agreed answers, those shorter than the log's chain read after them.
+    pub behind: u64,
     /// Answers that differ from the log's chain.
     pub disagreed: u64,
 }
@@ -202,6 +206,7 @@ impl Comparison {
         self.compared += other.compared;
         self.answered += other.answered;
         self.agreed += other.agreed;
+        self.behind += other.behind;
         self.disagreed += other.disagreed;
     }
 }
@@ -223,7 +228,8 @@ impl Comparator {
         self.cumulative
     }
 
-    /// Compares each execution's guarded read with the log's chain (ordered by links).
+    /// Compares each execution's guarded read with the log's chain (ordered by links), read
+    /// after it.
     pub async fn run(
         &mut self,
         client: &Client,
@@ -246,12 +252,14 @@ impl Comparator {
                     .map(|e| (&e.event_id, &e.payload))
                     .collect()
             });
-            let agrees = match logged {
-                Some(logged) => logged == stored,
-                None => log.is_empty() && stored.is_empty(),
+            // The store was read first: a log that grew since may hold more, never less.
+            let (agrees, behind) = match logged {
+                Some(logged) => (logged.starts_with(&stored), logged.len() > stored.len()),
+                None => (log.is_empty() && stored.is_empty(), false),
             };
             if agrees {
                 run.agreed += 1;
+                run.behind += u64::from(behind);
             } else {
                 run.disagreed += 1;
             }

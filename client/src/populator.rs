@@ -172,6 +172,7 @@ pub struct Metrics {
     compared: Counter,
     answered: Counter,
     agreed: Counter,
+    behind: Counter,
     agreement: Gauge<f64, AtomicU64>,
     coverage: Gauge<f64, AtomicU64>,
 }
@@ -192,6 +193,7 @@ impl Default for Metrics {
             compared: Counter::default(),
             answered: Counter::default(),
             agreed: Counter::default(),
+            behind: Counter::default(),
             agreement: Gauge::default(),
             coverage: Gauge::default(),
             registry: Registry::default(),
@@ -211,7 +213,7 @@ impl Default for Metrics {
         registry.register(
             "errors",
             "Polls or populates that failed and will be tried again: log_unavailable, \
-             cluster_unavailable, checkpoint",
+             cluster_unavailable",
             m.errors.clone(),
         );
         registry.register(
@@ -257,8 +259,13 @@ impl Default for Metrics {
         );
         registry.register(
             "agreed",
-            "Authoritative answers equal to the log's chain",
+            "Authoritative answers equal to the log's chain or to its beginning",
             m.agreed.clone(),
+        );
+        registry.register(
+            "behind",
+            "Agreed answers shorter than the log's chain read after them (not caught up yet)",
+            m.behind.clone(),
         );
         registry.register(
             "agreement_ratio",
@@ -270,9 +277,35 @@ impl Default for Metrics {
             "Coverage of the last comparator run (answered / compared): read with agreement",
             m.coverage.clone(),
         );
+        // Every series exists from the start, at zero, so a rate or an alert has a baseline.
+        for outcome in OUTCOMES {
+            let _ = m.outcomes.get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            });
+        }
+        for kind in ERROR_KINDS {
+            let _ = m.errors.get_or_create(&ErrorLabel {
+                kind: kind.to_string(),
+            });
+        }
         Self { registry, ..m }
     }
 }
+
+/// The verdicts counted in `outcomes_total`.
+const OUTCOMES: [&str; 8] = [
+    "in_sync",
+    "extended",
+    "staleness",
+    "second_writer",
+    "diverged",
+    "refused",
+    "invalid_log",
+    "rejected",
+];
+
+/// The retried failures counted in `errors_total`.
+const ERROR_KINDS: [&str; 2] = ["log_unavailable", "cluster_unavailable"];
 
 impl Metrics {
     /// The metrics in Prometheus' text format.
@@ -634,12 +667,14 @@ impl Populator {
                     m.compared.inc_by(run.compared);
                     m.answered.inc_by(run.answered);
                     m.agreed.inc_by(run.agreed);
+                    m.behind.inc_by(run.behind);
                     m.agreement.set(run.agreement());
                     m.coverage.set(run.coverage());
                     tracing::info!(
                         compared = run.compared,
                         answered = run.answered,
                         agreed = run.agreed,
+                        behind = run.behind,
                         agreement = run.agreement(),
                         coverage = run.coverage(),
                         "comparator run"

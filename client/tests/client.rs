@@ -399,6 +399,28 @@ async fn the_comparator_reports_coverage_dropping_when_reads_are_refused() {
     assert_eq!(second.agreement(), 1.0);
     let total = comparator.cumulative();
     assert_eq!((total.compared, total.answered), (6, 5));
+
+    // A log that grew after the store was read agrees (the store is behind, not wrong); a log
+    // whose event differs from the stored one does not.
+    let mut grown = log_events(&["a", "b", "c"]);
+    source
+        .logs
+        .lock()
+        .unwrap()
+        .insert(execs[1].to_string(), grown.clone());
+    grown[1].payload = json!({ "changed": true });
+    grown.truncate(2);
+    source
+        .logs
+        .lock()
+        .unwrap()
+        .insert(execs[2].to_string(), grown);
+    let third = comparator.run(&client, &source, &execs).await.unwrap();
+    assert_eq!(
+        (third.answered, third.agreed, third.behind, third.disagreed),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(third.agreement(), 0.5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

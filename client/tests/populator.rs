@@ -525,10 +525,46 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
         })
         .unwrap_or_default();
     eprintln!("outcomes: {outcomes:?}");
+    let count = |outcome: &str| {
+        outcomes
+            .get(&format!(
+                "chainstore_populator_outcomes_total{{outcome=\"{outcome}\"}}"
+            ))
+            .copied()
+            .unwrap_or(0.0)
+    };
     assert!(
-        outcomes.keys().any(|k| k.contains("outcome=\"refused\"")),
+        count("refused") >= 1.0 && count("diverged") >= 1.0,
         "{outcomes:?}"
     );
+    assert!(count("extended") >= (EXECUTIONS + 1) as f64, "{outcomes:?}");
+    for unhealthy in ["second_writer", "invalid_log", "rejected"] {
+        assert_eq!(count(unhealthy), 0.0, "{outcomes:?}");
+    }
+
+    // Every series the Grafana dashboard plots is one a node or the populator exports (the
+    // certificate's expiry only on a node serving TLS, which these are not).
+    let mut exported = metric_names(
+        &http_get(&format!("{}/metrics", populator.url))
+            .await
+            .unwrap()
+            .1,
+    );
+    exported.extend(metric_names(
+        &http_get(&format!("{}/metrics", cluster.url(1)))
+            .await
+            .unwrap()
+            .1,
+    ));
+    let dashboard = include_str!("../../deploy/grafana/chainstore.json");
+    let plotted = series_in(dashboard);
+    assert!(plotted.len() > 20, "{plotted:?}");
+    for name in plotted {
+        assert!(
+            exported.contains(&name) || name == "chainstore_tls_certificate_not_after_seconds",
+            "the dashboard plots {name}, which nothing exports"
+        );
+    }
 
     // chainctl populates one execution from the table through the same reconciler.
     let chainctl = |exec: &str| {
@@ -551,6 +587,28 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
     let text = String::from_utf8_lossy(&refused.stdout);
     assert_eq!(refused.status.code(), Some(1), "{text}");
     assert!(text.contains("\"refused\""), "{text}");
+}
+
+/// The series names in a Prometheus text exposition.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `chainstore_...` name a text mentions.
+fn series_in(text: &str) -> std::collections::BTreeSet<String> {
+    text.match_indices("chainstore_")
+        .map(|(at, _)| {
+            text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|name| name.len() > "chainstore_".len())
+        .collect()
 }
 
 /// Waits until the store serves `exec` with `len` events.
