@@ -28,7 +28,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::client::Client;
-use crate::consumer::{Comparator, LogError, ReconcileError, Reconciler, Verdict};
+use chainstore_model::LogEvent;
+
+use crate::consumer::{
+    BoxFuture, Comparator, LogError, LogSource, ReconcileError, Reconciler, Verdict,
+};
 use crate::postgres::{PgLog, RowRef};
 
 /// How the populator paces itself.
@@ -396,6 +400,62 @@ impl Shared {
     }
 }
 
+/// Order values of each execution's rows that a populate with a verdict included, so that a
+/// row read later (an execution's rows are spread over many polls) does not populate it again.
+/// Only rows the populate's own read of the log returned count: a row that committed after
+/// that read, whatever its order value, is populated. Bounded: forgotten all at once when full
+/// (forgetting only costs populates that find nothing new).
+#[derive(Default)]
+struct PopulatedRows {
+    by_execution: std::collections::HashMap<String, Vec<i64>>,
+    orders: usize,
+}
+
+/// Order values [`PopulatedRows`] keeps, all executions together.
+const POPULATED_ROWS_MAX: usize = 2_000_000;
+
+impl PopulatedRows {
+    fn contains(&self, exec: &str, order: i64) -> bool {
+        self.by_execution
+            .get(exec)
+            .is_some_and(|orders| orders.binary_search(&order).is_ok())
+    }
+
+    fn record(&mut self, exec: &str, mut orders: Vec<i64>) {
+        if let Some(old) = self.by_execution.remove(exec) {
+            self.orders -= old.len();
+        }
+        if self.orders + orders.len() > POPULATED_ROWS_MAX {
+            self.by_execution.clear();
+            self.orders = 0;
+        }
+        if orders.len() <= POPULATED_ROWS_MAX / 10 {
+            orders.sort_unstable();
+            self.orders += orders.len();
+            self.by_execution.insert(exec.to_string(), orders);
+        }
+    }
+}
+
+/// The log as the reconciler reads it, remembering the order values of the last read.
+struct Recording<'a> {
+    log: &'a PgLog,
+    last: Mutex<Vec<i64>>,
+}
+
+impl LogSource for Recording<'_> {
+    fn read_log<'a>(
+        &'a self,
+        exec: &'a ExecutionId,
+    ) -> BoxFuture<'a, Result<Vec<LogEvent>, LogError>> {
+        Box::pin(async move {
+            let (events, orders) = self.log.events_with_order(exec.as_str()).await?;
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = orders;
+            Ok(events)
+        })
+    }
+}
+
 /// A failure worth trying again later: the log or the cluster could not be reached.
 #[derive(Debug)]
 struct Transient(String);
@@ -408,6 +468,7 @@ pub struct Populator {
     options: Options,
     shared: Arc<Shared>,
     wake: Arc<Notify>,
+    populated_rows: Mutex<PopulatedRows>,
 }
 
 /// Where the populator is in the table.
@@ -434,6 +495,7 @@ impl Populator {
             options,
             shared,
             wake: Arc::new(Notify::new()),
+            populated_rows: Mutex::default(),
         }
     }
 
@@ -539,10 +601,17 @@ impl Populator {
         let caught_up = (poll.rows.len() as i64) < self.options.batch_rows;
         rows.extend(poll.rows.iter().cloned());
         let mut executions: Vec<String> = Vec::new();
-        let mut listed = std::collections::HashSet::new();
-        for r in &rows {
-            if listed.insert(r.execution.as_str()) {
-                executions.push(r.execution.clone());
+        {
+            let populated = self
+                .populated_rows
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut listed = std::collections::HashSet::new();
+            for r in &rows {
+                if !populated.contains(&r.execution, r.order) && listed.insert(r.execution.as_str())
+                {
+                    executions.push(r.execution.clone());
+                }
             }
         }
         let outcomes: Vec<Result<(), Transient>> = futures_util::stream::iter(executions)
@@ -604,11 +673,21 @@ impl Populator {
                 return Ok(());
             }
         };
-        let mut reconciler = Reconciler::new(&self.client, &*self.log);
+        let source = Recording {
+            log: &self.log,
+            last: Mutex::default(),
+        };
+        let mut reconciler = Reconciler::new(&self.client, &source);
         reconciler.rereads_max = self.options.rereads;
         reconciler.reread_pause = self.options.reread_pause;
         match reconciler.reconcile(&id).await {
             Ok(verdict) => {
+                let orders =
+                    std::mem::take(&mut *source.last.lock().unwrap_or_else(|p| p.into_inner()));
+                self.populated_rows
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record(&exec, orders);
                 m.populated.inc();
                 let label = verdict_label(&verdict);
                 m.outcome(label);
@@ -720,5 +799,35 @@ fn verdict_detail(v: &Verdict) -> String {
             serde_json::to_string(outcome).unwrap_or_else(|_| format!("{outcome:?}"))
         }
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn populated_rows_are_remembered_per_execution_and_forgotten_when_full() {
+        let mut rows = PopulatedRows::default();
+        rows.record("a", vec![9, 3, 5]);
+        assert!(rows.contains("a", 3) && rows.contains("a", 9));
+        assert!(!rows.contains("a", 4) && !rows.contains("b", 3));
+        // A later read replaces the earlier one.
+        rows.record("a", vec![3, 5, 9, 12]);
+        assert_eq!(rows.orders, 4);
+        assert!(rows.contains("a", 12));
+        // Full: everything is forgotten, then the new read is kept.
+        rows.record("big", (0..POPULATED_ROWS_MAX as i64 / 10).collect());
+        rows.record("big2", (0..POPULATED_ROWS_MAX as i64 / 10).collect());
+        assert_eq!(rows.orders, 2 * POPULATED_ROWS_MAX / 10 + 4);
+        for i in 0..8 {
+            rows.record(
+                &format!("more-{i}"),
+                (0..POPULATED_ROWS_MAX as i64 / 10).collect(),
+            );
+        }
+        assert!(rows.orders <= POPULATED_ROWS_MAX);
+        assert!(!rows.contains("a", 3));
+        assert!(rows.contains("more-7", 0));
     }
 }

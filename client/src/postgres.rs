@@ -285,6 +285,14 @@ impl PgLog {
 
     /// One execution's events in the log's order.
     pub async fn events(&self, exec: &str) -> Result<Vec<LogEvent>, LogError> {
+        Ok(self.events_with_order(exec).await?.0)
+    }
+
+    /// One execution's events in the log's order, with each row's order value.
+    pub async fn events_with_order(
+        &self,
+        exec: &str,
+    ) -> Result<(Vec<LogEvent>, Vec<i64>), LogError> {
         let t = &self.table;
         let sql = format!(
             "SELECT {}, {}::int8 FROM {} WHERE {} = {} ORDER BY {}",
@@ -296,7 +304,11 @@ impl PgLog {
             .query(&sql, &[&exec])
             .await
             .map_err(unavailable)?;
-        rows.iter().map(|row| log_event(exec, row)).collect()
+        let events = rows
+            .iter()
+            .map(|row| log_event(exec, row))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((events, rows.iter().map(|row| row.get(4)).collect()))
     }
 
     /// Rows past `cursor` (at most `limit`, in order), the count of rows in `(floor, cursor]`,
