@@ -172,6 +172,31 @@ struct PopulatorProc {
 }
 
 impl PopulatorProc {
+    /// The populator of `pg`'s `events` table into `cluster`, with its checkpoint and log in
+    /// `dir`, metrics on a free port, and `extra` flags; not started yet.
+    fn new(dir: &Path, cluster: &Cluster, pg: &Postgres, extra: &[&str]) -> Self {
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "--nodes".into(),
+            cluster.urls().join(","),
+            "--dsn".into(),
+            pg.dsn(),
+            "--table".into(),
+            "events".into(),
+            "--checkpoint".into(),
+            dir.join("checkpoint.json").display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self {
+            child: None,
+            args,
+            log: dir.join("populator.log"),
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
     fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -242,6 +267,11 @@ async fn insert(
     .map(|_| ())
 }
 
+/// The one integer a query answers.
+async fn scalar(db: &tokio_postgres::Client, sql: &str) -> i64 {
+    db.query_one(sql, &[]).await.unwrap().get(0)
+}
+
 /// The table's chain of one execution, in log order.
 async fn table_chain(db: &tokio_postgres::Client, exec: &str) -> Vec<(String, serde_json::Value)> {
     db.query(
@@ -256,6 +286,22 @@ async fn table_chain(db: &tokio_postgres::Client, exec: &str) -> Vec<(String, se
         (r.get(0), serde_json::from_str(&payload).unwrap())
     })
     .collect()
+}
+
+/// Three `chainstore-node` processes in `dir/cluster`, once every one is ready.
+async fn start_cluster(dir: &Path) -> Cluster {
+    let cluster_dir = dir.join("cluster");
+    std::fs::create_dir_all(&cluster_dir).unwrap();
+    let mut cluster = Cluster::new(node_binary(), &cluster_dir, free_ports(), &[], Vec::new())
+        .expect("cluster layout");
+    for id in 1..=3 {
+        cluster.start(id).unwrap();
+    }
+    assert!(
+        wait_ready(&cluster.urls(), Duration::from_secs(60)).await,
+        "cluster not ready"
+    );
+    cluster
 }
 
 fn node_binary() -> PathBuf {
@@ -283,17 +329,7 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
         .await
         .unwrap();
 
-    let cluster_dir = dir.path().join("cluster");
-    std::fs::create_dir_all(&cluster_dir).unwrap();
-    let mut cluster = Cluster::new(node_binary(), &cluster_dir, free_ports(), &[], Vec::new())
-        .expect("cluster layout");
-    for id in 1..=3 {
-        cluster.start(id).unwrap();
-    }
-    assert!(
-        wait_ready(&cluster.urls(), Duration::from_secs(60)).await,
-        "cluster not ready"
-    );
+    let mut cluster = start_cluster(dir.path()).await;
     let client = Arc::new(
         Client::builder(cluster.urls())
             .jitter_seed(3)
@@ -301,34 +337,23 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
             .unwrap(),
     );
 
-    let metrics_port = free_port();
-    let mut populator = PopulatorProc {
-        child: None,
-        args: vec![
-            "--nodes".into(),
-            cluster.urls().join(","),
-            "--dsn".into(),
-            pg.dsn(),
-            "--table".into(),
-            "events".into(),
-            "--checkpoint".into(),
-            dir.path().join("checkpoint.json").display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{metrics_port}"),
-            "--notify-channel".into(),
-            "chainstore_events".into(),
-            "--poll-interval-ms".into(),
-            "300".into(),
-            "--compare-every-s".into(),
-            "1".into(),
-            "--compare-sample".into(),
-            "20".into(),
-            "--batch-rows".into(),
-            "100".into(),
+    let mut populator = PopulatorProc::new(
+        dir.path(),
+        &cluster,
+        &pg,
+        &[
+            "--notify-channel",
+            "chainstore_events",
+            "--poll-interval-ms",
+            "300",
+            "--compare-every-s",
+            "1",
+            "--compare-sample",
+            "20",
+            "--batch-rows",
+            "100",
         ],
-        log: dir.path().join("populator.log"),
-        url: format!("http://127.0.0.1:{metrics_port}"),
-    };
+    );
     populator.start();
 
     // An execution whose last event commits long after rows inserted after it.
@@ -414,11 +439,7 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
 
     // Caught up: the populator has read through the table's last row and its checkpoint
     // followed.
-    let last: i64 = db
-        .query_one("SELECT max(id) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let last = scalar(&db, "SELECT max(id) FROM events").await;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let populated = populator
@@ -661,52 +682,17 @@ async fn backfill() {
     )
     .await
     .unwrap();
-    let rows: i64 = db
-        .query_one("SELECT count(*) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let last: i64 = db
-        .query_one("SELECT max(id) FROM events", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let rows = scalar(&db, "SELECT count(*) FROM events").await;
+    let last = scalar(&db, "SELECT max(id) FROM events").await;
     eprintln!(
         "table filled: {rows} rows of {executions} executions in {:.1} s",
         filling.elapsed().as_secs_f64()
     );
 
-    let cluster_dir = dir.path().join("cluster");
-    std::fs::create_dir_all(&cluster_dir).unwrap();
-    let mut cluster = Cluster::new(node_binary(), &cluster_dir, free_ports(), &[], Vec::new())
-        .expect("cluster layout");
-    for id in 1..=3 {
-        cluster.start(id).unwrap();
-    }
-    assert!(
-        wait_ready(&cluster.urls(), Duration::from_secs(60)).await,
-        "cluster not ready"
-    );
+    let cluster = start_cluster(dir.path()).await;
     let client = Client::builder(cluster.urls()).build().unwrap();
 
-    let metrics_port = free_port();
-    let mut populator = PopulatorProc {
-        child: None,
-        args: vec![
-            "--nodes".into(),
-            cluster.urls().join(","),
-            "--dsn".into(),
-            pg.dsn(),
-            "--checkpoint".into(),
-            dir.path().join("checkpoint.json").display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{metrics_port}"),
-            "--compare-every-s".into(),
-            "0".into(),
-        ],
-        log: dir.path().join("populator.log"),
-        url: format!("http://127.0.0.1:{metrics_port}"),
-    };
+    let mut populator = PopulatorProc::new(dir.path(), &cluster, &pg, &["--compare-every-s", "0"]);
     let started = Instant::now();
     populator.start();
     let pid = populator.child.as_ref().unwrap().id();
