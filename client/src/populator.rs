@@ -626,7 +626,11 @@ impl Populator {
         if let Some(last) = poll.rows.last() {
             c.read = last.order;
         }
-        c.pending.push_back((poll.xmax, c.read, Instant::now()));
+        // A poll that moved nothing adds no position: the older entry for it retires first,
+        // and an open transaction must not grow this queue by one entry per poll.
+        if c.pending.back().map(|&(_, position, _)| position) != Some(c.read) {
+            c.pending.push_back((poll.xmax, c.read, Instant::now()));
+        }
         let before = c.safe;
         while let Some(&(xmax, position, read_at)) = c.pending.front() {
             if poll.xmin >= xmax && read_at.elapsed() >= self.options.settle {
