@@ -26,64 +26,43 @@ use tokio_postgres::{Client as PgClient, NoTls, Row};
 
 use crate::consumer::{BoxFuture, LogError, LogSource};
 
-/// The table and the columns that hold the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The table and the columns that hold the log (also the command-line flags that name them).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct TableNames {
-    /// The table, optionally schema-qualified (`schema.table`).
-    pub table: String,
-    /// The execution an event belongs to.
-    pub execution: String,
-    /// The event's id.
-    pub event: String,
-    /// The id of the event before it in the execution (null at the root).
-    pub prev: String,
-    /// The log's own order: an integer assigned by the inserting statement (module docs).
-    pub order: String,
-    /// The event's content (`json`, `jsonb`, or text holding JSON).
-    pub payload: String,
-    /// The execution that started this one, if the table records it.
-    pub parent: Option<String>,
-}
-
-/// The table and its columns.
-#[derive(Debug, Clone, clap::Args)]
-pub struct TableArgs {
     /// The table (or schema.table).
     #[arg(long, env = "CHAINSTORE_POPULATOR_TABLE", default_value = "events")]
     pub table: String,
     /// The execution id column.
-    #[arg(long, default_value = "execution_id")]
-    pub execution_column: String,
+    #[arg(
+        id = "execution_column",
+        long = "execution-column",
+        default_value = "execution_id"
+    )]
+    pub execution: String,
     /// The event id column.
-    #[arg(long, default_value = "event_id")]
-    pub event_column: String,
+    #[arg(id = "event_column", long = "event-column", default_value = "event_id")]
+    pub event: String,
     /// The previous event id column (null at an execution's root).
-    #[arg(long, default_value = "prev_event_id")]
-    pub prev_column: String,
-    /// The log's order: an integer assigned on insert (bigserial or identity).
-    #[arg(long, default_value = "id")]
-    pub order_column: String,
-    /// The payload column (json, jsonb or JSON text).
-    #[arg(long, default_value = "payload")]
-    pub payload_column: String,
+    #[arg(
+        id = "prev_column",
+        long = "prev-column",
+        default_value = "prev_event_id"
+    )]
+    pub prev: String,
+    /// The log's order: an integer assigned by the inserting statement, a bigserial or an
+    /// identity (module docs).
+    #[arg(id = "order_column", long = "order-column", default_value = "id")]
+    pub order: String,
+    /// The payload column (json, jsonb or text holding JSON).
+    #[arg(
+        id = "payload_column",
+        long = "payload-column",
+        default_value = "payload"
+    )]
+    pub payload: String,
     /// The parent execution id column, if the table has one.
-    #[arg(long)]
-    pub parent_column: Option<String>,
-}
-
-impl TableArgs {
-    /// The names the flags give.
-    pub fn names(&self) -> TableNames {
-        TableNames {
-            table: self.table.clone(),
-            execution: self.execution_column.clone(),
-            event: self.event_column.clone(),
-            prev: self.prev_column.clone(),
-            order: self.order_column.clone(),
-            payload: self.payload_column.clone(),
-            parent: self.parent_column.clone(),
-        }
-    }
+    #[arg(id = "parent_column", long = "parent-column")]
+    pub parent: Option<String>,
 }
 
 /// A column or table name quoted for SQL. A name is letters, digits and `_`, not starting with
@@ -143,11 +122,6 @@ impl PgTable {
             event_columns,
             names,
         })
-    }
-
-    /// The names as configured.
-    pub fn names(&self) -> &TableNames {
-        &self.names
     }
 }
 
@@ -276,11 +250,6 @@ impl PgLog {
                 Ok(c)
             }
         }
-    }
-
-    /// The table's queries.
-    pub fn table(&self) -> &PgTable {
-        &self.table
     }
 
     /// One execution's events in the log's order.

@@ -130,6 +130,16 @@ impl Postgres {
         Self { child, port }
     }
 
+    /// A server in `dir` holding the shipped example table, and a connection to it.
+    async fn with_events_table(dir: &Path) -> (Self, tokio_postgres::Client) {
+        let pg = Self::start(dir);
+        let db = pg.connect().await;
+        db.batch_execute(include_str!("../../deploy/postgres/events.sql"))
+            .await
+            .unwrap();
+        (pg, db)
+    }
+
     fn dsn(&self) -> String {
         format!(
             "host=127.0.0.1 port={} user=postgres dbname=postgres",
@@ -320,11 +330,7 @@ fn node_binary() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_failures() {
     let dir = tempfile::tempdir().unwrap();
-    let pg = Postgres::start(dir.path());
-    let db = pg.connect().await;
-    db.batch_execute(include_str!("../../deploy/postgres/events.sql"))
-        .await
-        .unwrap();
+    let (pg, db) = Postgres::with_events_table(dir.path()).await;
     db.batch_execute(include_str!("../../deploy/postgres/notify-trigger.sql"))
         .await
         .unwrap();
@@ -664,11 +670,7 @@ async fn backfill() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let dir = tempfile::tempdir().unwrap();
-    let pg = Postgres::start(dir.path());
-    let db = pg.connect().await;
-    db.batch_execute(include_str!("../../deploy/postgres/events.sql"))
-        .await
-        .unwrap();
+    let (pg, db) = Postgres::with_events_table(dir.path()).await;
     let filling = Instant::now();
     // Ten events per execution, interleaved across executions as a busy log would be.
     db.execute(

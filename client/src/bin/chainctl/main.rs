@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_client::postgres::{PgLog, PgTable, TableArgs};
+use chainstore_client::postgres::{PgLog, PgTable, TableNames};
 use chainstore_client::{
     AppendRequest, Client, ClientError, ConnectArgs, Consistency, EventId, ExecutionId, FromLog,
     Guarded, LogError, LogEvent, ReadOptions, ReconcileError, Reconciler, Verdict,
@@ -114,7 +114,7 @@ enum Command {
         #[arg(long)]
         execution: Option<String>,
         #[command(flatten)]
-        table: TableArgs,
+        table: TableNames,
     },
     /// The commit-ordered change feed.
     Changes {
@@ -612,11 +612,11 @@ async fn populate(
 async fn populate_from_postgres(
     client: &Client,
     dsn: &str,
-    table: &TableArgs,
+    table: &TableNames,
     exec: &ExecutionId,
     json: bool,
 ) -> Result<(), Failure> {
-    let table = PgTable::new(table.names()).map_err(Failure::usage)?;
+    let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
     let log = PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
         LogError::Unavailable(m) => Failure::unavailable(m),
         LogError::Invalid(m) => Failure::usage(m),

@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use chainstore_client::populator::{Checkpoint, Options, Populator, Shared};
-use chainstore_client::postgres::{PgLog, PgTable, TableArgs};
+use chainstore_client::postgres::{PgLog, PgTable, TableNames};
 use chainstore_client::ConnectArgs;
 use clap::Parser;
 use futures_util::StreamExt;
@@ -38,7 +38,7 @@ struct Cli {
     #[arg(long, env = "CHAINSTORE_POPULATOR_DSN_FILE", conflicts_with = "dsn")]
     dsn_file: Option<PathBuf>,
     #[command(flatten)]
-    table: TableArgs,
+    table: TableNames,
     /// Where the durable checkpoint lives (one small JSON file, replaced atomically).
     #[arg(long, env = "CHAINSTORE_POPULATOR_CHECKPOINT")]
     checkpoint: PathBuf,
@@ -182,7 +182,7 @@ fn dsn(cli: &Cli) -> Result<String, String> {
 async fn run(cli: Cli) -> Result<(), String> {
     let dsn = dsn(&cli)?;
     let client = cli.connect.client().map_err(|e| e.to_string())?;
-    let table = PgTable::new(cli.table.names())?;
+    let table = PgTable::new(cli.table.clone())?;
     let log = PgLog::connect(&dsn, table, cli.pg_connections)
         .await
         .map_err(|e| e.to_string())?;
