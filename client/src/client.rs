@@ -14,7 +14,8 @@ use bytes::Bytes;
 use chainstore_model::api::headers::{LAST_LOG_INDEX, LEADER};
 use chainstore_model::api::{
     AppendAnswer, AppendBatchAnswer, AppendBatchBody, ChainAnswer, ChangesAnswer, ClusterStatus,
-    ErrorBody, PopulateAnswer, PopulateBody, RawChainAnswer, ReplicatedBody, StateAnswer,
+    ErrorBody, PopulateAnswer, PopulateBody, QuarantineList, QuarantinePage, RawChainAnswer,
+    RebuildAnswer, RebuildBody, ReplicatedBody, StateAnswer,
 };
 use chainstore_model::{
     order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
@@ -643,6 +644,56 @@ impl Client {
             Some(json_body(&body)?),
         )
         .await
+    }
+
+    /// Rebuilds `exec` from its whole log (admin): the stored partition moves into a new
+    /// quarantine record, kept and readable, and the log's chain takes its place. Refused
+    /// ([`ClientError::Refused`]) when the stored chain is the log's beginning (populate it
+    /// instead) or the log is not one chain; nothing changes then.
+    pub async fn rebuild(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+        reason: &str,
+    ) -> Result<RebuildAnswer, ClientError> {
+        let body = RebuildBody {
+            reason: reason.to_owned(),
+            events: events.to_vec(),
+        };
+        self.call(
+            Method::POST,
+            &format!("/v1/executions/{exec}/rebuild"),
+            Some(json_body(&body)?),
+        )
+        .await
+    }
+
+    /// The execution's quarantine records, oldest first.
+    pub async fn quarantine(
+        &self,
+        exec: &ExecutionId,
+        options: ReadOptions,
+    ) -> Result<QuarantineList, ClientError> {
+        let path = with_query(
+            &format!("/v1/executions/{exec}/quarantine"),
+            &options.query(),
+        )?;
+        self.call(Method::GET, &path, None).await
+    }
+
+    /// One quarantine record and a page of the events it holds, from `request.from_seq`.
+    pub async fn quarantined(
+        &self,
+        exec: &ExecutionId,
+        number: u64,
+        request: PageRequest,
+        options: ReadOptions,
+    ) -> Result<QuarantinePage, ClientError> {
+        let path = with_query(
+            &format!("/v1/executions/{exec}/quarantine/{number}"),
+            &options.chain_query(Some(request)),
+        )?;
+        self.call(Method::GET, &path, None).await
     }
 
     /// The guarded read: the chain when the store can prove it whole, or why it cannot. Read

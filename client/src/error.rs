@@ -32,6 +32,10 @@ pub enum ClientError {
         /// Where the session continues; `None` when the store holds no such session.
         next_position: Option<u64>,
     },
+    /// 409 `refused`: the request does not apply to the store's state (a rebuild of an
+    /// execution that agrees with the log, or from a log that is not one chain). Nothing changed.
+    #[error("refused: {0}")]
+    Refused(String),
     /// 400 `invalid_input`.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -93,9 +97,8 @@ impl From<ErrorBody> for ClientError {
             | ErrorBody::Unavailable { message, .. }
             | ErrorBody::Overloaded { message } => ClientError::Unavailable(message),
             ErrorBody::Internal { message } => ClientError::Internal(message),
-            body @ (ErrorBody::MethodNotAllowed { .. } | ErrorBody::Refused { .. }) => {
-                ClientError::Protocol(body.to_string())
-            }
+            ErrorBody::Refused { message } => ClientError::Refused(message),
+            body @ ErrorBody::MethodNotAllowed { .. } => ClientError::Protocol(body.to_string()),
         }
     }
 }
@@ -117,6 +120,7 @@ mod tests {
                 | (ErrorBody::NoLeader { message }, ClientError::Unavailable(m))
                 | (ErrorBody::Unavailable { message, .. }, ClientError::Unavailable(m))
                 | (ErrorBody::Overloaded { message }, ClientError::Unavailable(m))
+                | (ErrorBody::Refused { message }, ClientError::Refused(m))
                 | (ErrorBody::Internal { message }, ClientError::Internal(m)) => message == m,
                 (
                     ErrorBody::NotHead { expected, got, .. },
@@ -142,10 +146,9 @@ mod tests {
                 (ErrorBody::TooLarge { .. }, ClientError::TooLarge(oversize)) => {
                     body.oversize() == Some(*oversize)
                 }
-                (
-                    ErrorBody::MethodNotAllowed { message } | ErrorBody::Refused { message },
-                    ClientError::Protocol(m),
-                ) => m.contains(body.code()) && m.contains(message.as_str()),
+                (ErrorBody::MethodNotAllowed { message }, ClientError::Protocol(m)) => {
+                    m.contains(body.code()) && m.contains(message.as_str())
+                }
                 _ => false,
             };
             assert!(kept, "{body:?} became {err:?}");

@@ -25,13 +25,14 @@ pub mod populator;
 pub mod postgres;
 
 pub use chainstore_model::api::{
-    self, ChangesAnswer, ClusterStatus, Consistency, RaftRole, StateAnswer,
+    self, ChangesAnswer, ClusterStatus, Consistency, QuarantineList, QuarantinePage, RaftRole,
+    RebuildAnswer, StateAnswer,
 };
 pub use chainstore_model::{
     order_by_links, order_segment, AppendError, AppendRequest, Appended, Authority, ChainEvent,
     ChainPage, Change, Completeness, Coverage, EventId, ExecutionId, Fork, FromLog, Guarded,
     GuardedPage, Head, InvalidId, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateSession,
-    Reason, Refusal, Replicated, SessionId, Watermark,
+    QuarantineRecord, Reason, Refusal, Replicated, SessionId, Watermark,
 };
 pub use chainstore_transport::{KeyPair, TlsClientOptions};
 pub use client::{

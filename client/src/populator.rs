@@ -62,6 +62,10 @@ pub struct Options {
     pub compare_sample: usize,
     /// Unhealthy verdicts kept for `GET /problems` (the oldest go first).
     pub problems_max: usize,
+    /// Rebuild executions found diverged (a second writer, a content divergence) from the log,
+    /// keeping what they held in quarantine. Off by default: the populator then only proposes
+    /// the repair (the `repair` field of the problem).
+    pub repair: bool,
 }
 
 impl Default for Options {
@@ -77,6 +81,7 @@ impl Default for Options {
             compare_every: Some(Duration::from_secs(30)),
             compare_sample: 50,
             problems_max: 1_000,
+            repair: false,
         }
     }
 }
@@ -211,7 +216,7 @@ impl Default for Metrics {
             "outcomes",
             "Verdicts of populating an execution: in_sync, extended, staleness, second_writer, \
              diverged, refused, invalid_log (a row that is not an event), rejected (the cluster \
-             refused the request)",
+             refused the request), repaired and repair_refused (with --repair)",
             m.outcomes.clone(),
         );
         registry.register(
@@ -297,7 +302,7 @@ impl Default for Metrics {
 }
 
 /// The verdicts counted in `outcomes_total`.
-const OUTCOMES: [&str; 8] = [
+const OUTCOMES: [&str; 10] = [
     "in_sync",
     "extended",
     "staleness",
@@ -306,6 +311,8 @@ const OUTCOMES: [&str; 8] = [
     "refused",
     "invalid_log",
     "rejected",
+    "repaired",
+    "repair_refused",
 ];
 
 /// The retried failures counted in `errors_total`.
@@ -346,6 +353,10 @@ pub struct Problem {
     pub outcome: String,
     /// Why, in words (the store's reason, the positions that differ, the bad row).
     pub detail: String,
+    /// For a confirmed divergence the populator did not repair itself: the command that
+    /// rebuilds the execution from the log, keeping what the store held in quarantine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<String>,
 }
 
 /// What the populator shares with its HTTP endpoints.
@@ -387,7 +398,17 @@ impl Shared {
     }
 
     fn problem(&self, execution: &str, outcome: &str, detail: String) {
-        tracing::warn!(execution, outcome, detail = %detail, "execution needs attention");
+        self.problem_with_repair(execution, outcome, detail, None);
+    }
+
+    fn problem_with_repair(
+        &self,
+        execution: &str,
+        outcome: &str,
+        detail: String,
+        repair: Option<String>,
+    ) {
+        tracing::warn!(execution, outcome, detail = %detail, repair, "execution needs attention");
         let mut problems = self.problems.lock().unwrap_or_else(|p| p.into_inner());
         if problems.len() >= self.problems_max.max(1) {
             problems.pop_front();
@@ -396,6 +417,7 @@ impl Shared {
             execution: execution.to_string(),
             outcome: outcome.to_string(),
             detail,
+            repair,
         });
     }
 }
@@ -695,8 +717,23 @@ impl Populator {
                 m.populated.inc();
                 let label = verdict_label(&verdict);
                 m.outcome(label);
-                if verdict.is_divergence() {
+                let repairable = matches!(
+                    verdict,
+                    Verdict::SecondWriter { .. } | Verdict::Diverged { .. }
+                );
+                if repairable && self.options.repair {
                     self.shared.problem(&exec, label, verdict_detail(&verdict));
+                    return self.repair(&id, label, &verdict).await;
+                }
+                if verdict.is_divergence() {
+                    let repair = repairable.then(|| {
+                        format!(
+                            "chainctl repair {exec} --from-postgres \"$DSN\" --reason '{label} \
+                             found by the populator'"
+                        )
+                    });
+                    self.shared
+                        .problem_with_repair(&exec, label, verdict_detail(&verdict), repair);
                 }
                 Ok(())
             }
@@ -716,6 +753,51 @@ impl Populator {
             Err(ReconcileError::Client(e)) => {
                 m.outcome("rejected");
                 self.shared.problem(&exec, "rejected", e.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// Rebuilds a diverged execution from the log as it reads now (configured with
+    /// [`Options::repair`]): the store keeps what it held in a quarantine record.
+    async fn repair(&self, id: &ExecutionId, label: &str, verdict: &Verdict) -> Result<(), Transient> {
+        let m = &self.shared.metrics;
+        let exec = id.as_str();
+        let events = match self.log.read_log(id).await {
+            Ok(events) => events,
+            Err(LogError::Invalid(e)) => {
+                m.outcome("invalid_log");
+                self.shared.problem(exec, "invalid_log", e);
+                return Ok(());
+            }
+            Err(e @ LogError::Unavailable(_)) => {
+                m.error("log_unavailable");
+                return Err(Transient(e.to_string()));
+            }
+        };
+        let reason = format!("{label} found by the populator: {}", verdict_detail(verdict));
+        let reason: String = reason.chars().take(1_000).collect();
+        match self.client.rebuild(id, &events, &reason).await {
+            Ok(answer) => {
+                m.outcome("repaired");
+                self.shared.problem(
+                    exec,
+                    "repaired",
+                    format!(
+                        "rebuilt from the log ({} events); what the store held is quarantine \
+                         record {} ({})",
+                        answer.total, answer.quarantine.number, answer.quarantine.diagnosis
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) if e.is_retryable() => {
+                m.error("cluster_unavailable");
+                Err(Transient(e.to_string()))
+            }
+            Err(e) => {
+                m.outcome("repair_refused");
+                self.shared.problem(exec, "repair_refused", e.to_string());
                 Ok(())
             }
         }

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chainstore_client::populator::Problem;
-use chainstore_client::{AppendRequest, Client, EventId, ExecutionId, Guarded, ReadOptions};
+use chainstore_client::{
+    AppendRequest, Client, EventId, ExecutionId, Guarded, PageRequest, ReadOptions,
+};
 use chainstore_robustness::cluster::{http_get, user_ids, wait_ready, Cluster};
 use serde_json::json;
 use tokio_postgres::NoTls;
@@ -614,6 +616,61 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
     let text = String::from_utf8_lossy(&refused.stdout);
     assert_eq!(refused.status.code(), Some(1), "{text}");
     assert!(text.contains("\"refused\""), "{text}");
+
+    // The populator proposed the repair of the diverged execution (and did not run it);
+    // chainctl runs it: the store rebuilds the execution from the table and keeps what it held.
+    assert!(
+        diverged.iter().any(|p| p
+            .repair
+            .as_deref()
+            .is_some_and(|r| r.contains(&format!("chainctl repair {second}")))),
+        "no repair proposed: {diverged:#?}"
+    );
+    let repair = || {
+        Command::new(env!("CARGO_BIN_EXE_chainctl"))
+            .args(["--nodes", &cluster.urls().join(","), "--json", "repair", &second])
+            .args(["--from-postgres", &pg.dsn(), "--reason", "a second writer, found by the test"])
+            .output()
+            .unwrap()
+    };
+    let repaired = repair();
+    let text = String::from_utf8_lossy(&repaired.stdout);
+    assert_eq!(
+        repaired.status.code(),
+        Some(0),
+        "{text} {}",
+        String::from_utf8_lossy(&repaired.stderr)
+    );
+    let answer: chainstore_client::RebuildAnswer = serde_json::from_str(&text).expect("{text}");
+    let want = table_chain(&db, &second).await;
+    assert_eq!(answer.total, want.len() as u64);
+    assert_eq!(answer.quarantine.events, EVENTS as u64 + 1, "{answer:?}");
+    assert!(answer.quarantine.diagnosis.contains("intruder"), "{answer:?}");
+    let id = ExecutionId::new(&second).unwrap();
+    let read = client.chain(&id, ReadOptions::default()).await.unwrap();
+    let Guarded::Authoritative(events) = read.answer else {
+        panic!("{second} not authoritative after its repair: {:?}", read.answer);
+    };
+    let got: Vec<(String, serde_json::Value)> = events
+        .iter()
+        .map(|e| (e.event_id.to_string(), e.payload.clone()))
+        .collect();
+    assert_eq!(got, want, "{second} after its repair");
+    let list = client.quarantine(&id, ReadOptions::default()).await.unwrap();
+    assert_eq!(list.records, vec![answer.quarantine.clone()]);
+    let kept = client
+        .quarantined(&id, 1, PageRequest::first(), ReadOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        kept.events.last().map(|e| e.event_id.to_string()).as_deref(),
+        Some("intruder")
+    );
+    // Nothing left to repair: refused, and nothing moves.
+    let again = repair();
+    assert_eq!(again.status.code(), Some(1), "{}", String::from_utf8_lossy(&again.stdout));
+    let list = client.quarantine(&id, ReadOptions::default()).await.unwrap();
+    assert_eq!(list.records.len(), 1);
 }
 
 /// The series names in a Prometheus text exposition.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Authority, ChainEvent, Change, Coverage, EventId, ExecutionId, Fork, FromLog, Head, Limit,
-    LogEvent, Oversize, PartOutcome, PopulateSession, Reason, Refusal,
+    LogEvent, Oversize, PartOutcome, PopulateSession, QuarantineRecord, Reason, Refusal,
 };
 
 /// The names of the headers the API defines.
@@ -325,6 +325,60 @@ pub struct ReplicatedBody {
     pub events: Vec<ChainEvent>,
 }
 
+/// `POST /v1/executions/{id}/rebuild` takes: the whole log and why the stored partition is to be
+/// moved aside.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildBody {
+    /// Why (kept in the quarantine record; at most 4 KiB).
+    pub reason: String,
+    /// The authoritative log's events for the execution, in any order.
+    pub events: Vec<LogEvent>,
+}
+
+/// `POST /v1/executions/{id}/rebuild` answers: the record the old partition went into and the
+/// chain now stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RebuildAnswer {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The quarantine record holding what was stored before.
+    pub quarantine: QuarantineRecord,
+    /// The chain's length now (the log's).
+    pub total: u64,
+}
+
+/// `GET /v1/executions/{id}/quarantine` answers: the execution's quarantine records, newest last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuarantineList {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The records, oldest first (the newest [`QUARANTINE_LIST_MAX`] when there are more).
+    pub records: Vec<QuarantineRecord>,
+    /// Whether older records were left out.
+    pub truncated: bool,
+    /// The applied index the answer reflects.
+    pub applied_index: u64,
+}
+
+/// Most records one quarantine list holds.
+pub const QUARANTINE_LIST_MAX: usize = 1_000;
+
+/// `GET /v1/executions/{id}/quarantine/{number}` answers: one record and a page of its events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuarantinePage {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The record.
+    pub record: QuarantineRecord,
+    /// Events the partition held, in sequence order, from `from_seq`.
+    pub events: Vec<ChainEvent>,
+    /// Where the next page starts; `None` when this page ends the read.
+    pub next_from_seq: Option<u64>,
+    /// The applied index the answer reflects.
+    pub applied_index: u64,
+}
+
 /// `GET /v1/executions/{id}/chain` answers, tagged by `answer`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
@@ -578,7 +632,8 @@ pub enum ErrorBody {
         /// Where the session continues; `None` when the store holds no such session.
         next_position: Option<u64>,
     },
-    /// 409: a peer's request that does not apply to this node's state.
+    /// 409: a request that does not apply to the store's state: a peer's request, or a rebuild
+    /// of an execution that agrees with the log or from a log that is not one chain.
     Refused {
         /// What happened.
         message: String,

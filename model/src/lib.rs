@@ -22,6 +22,6 @@ pub use order::{order_by_links, order_segment};
 pub use types::{
     AppendError, AppendRequest, Appended, Authority, ChainEvent, ChainPage, Change, Completeness,
     Coverage, ExecutionState, Fork, FromLog, Guarded, GuardedPage, Head, Limit, LogEvent, Origin,
-    Oversize, PartOutcome, PopulateError, PopulateSession, Reason, Refusal, ReplicateError,
-    Replicated, Watermark,
+    Oversize, PartOutcome, PopulateError, PopulateSession, QuarantineRecord, Reason, RebuildError,
+    Refusal, ReplicateError, Replicated, Watermark,
 };

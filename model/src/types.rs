@@ -363,6 +363,10 @@ pub enum Limit {
     BodyBytes,
     /// One answer, in bytes (an unpaged read, an answer a node relays).
     AnswerBytes,
+    /// Bytes of the stored events a rebuild moves into quarantine (they move in one batch).
+    QuarantineBytes,
+    /// Bytes of a rebuild's reason.
+    ReasonBytes,
 }
 
 impl Limit {
@@ -376,6 +380,8 @@ impl Limit {
             Limit::AppendBytes => "append_bytes",
             Limit::BodyBytes => "body_bytes",
             Limit::AnswerBytes => "answer_bytes",
+            Limit::QuarantineBytes => "quarantine_bytes",
+            Limit::ReasonBytes => "reason_bytes",
         }
     }
 }
@@ -639,6 +645,61 @@ impl FromLog {
             FromLog::Refused { .. } => "refused",
         }
     }
+}
+
+/// A stored partition a rebuild moved aside (`k<exec>/<number>`), with the events it held kept
+/// beside it: the evidence of what the store served before the log replaced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantineRecord {
+    /// Numbers the execution's records from 1, in the order of their rebuilds.
+    pub number: u64,
+    /// When the leader evaluated the rebuild, in milliseconds since the Unix epoch.
+    pub quarantined_at_ms: u64,
+    /// The log index the rebuild was applied at.
+    pub commit_index: u64,
+    /// Why the operator (or the populator) asked for it.
+    pub reason: String,
+    /// What the store found when it compared the stored chain with the log.
+    pub diagnosis: String,
+    /// The moved partition's head.
+    pub head: Option<Head>,
+    /// Its watermark.
+    pub watermark: Option<Watermark>,
+    /// Its coverage record.
+    pub coverage: Option<Coverage>,
+    /// How many events it held (kept under the record, readable in pages).
+    pub events: u64,
+}
+
+/// Why a rebuild was not done. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RebuildError {
+    /// The log, the reason or the stored partition exceeds a size limit.
+    #[error("too large: {0}")]
+    TooLarge(Oversize),
+    /// The request breaks a rule of the API.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The log is not one chain: nothing can be rebuilt from it.
+    #[error("the log is not one chain ({}): nothing was quarantined", .0.as_str())]
+    LogRefused(Refusal),
+    /// The stored chain is the log's beginning: a populate completes it and loses nothing.
+    #[error(
+        "the stored chain agrees with the log ({stored_len} of its {log_len} events): \
+         populate it instead; nothing was quarantined"
+    )]
+    NotDiverged {
+        /// Events stored.
+        stored_len: u64,
+        /// Events in the log.
+        log_len: u64,
+    },
+    /// The execution changed between evaluation and apply; the caller may retry.
+    #[error("the execution changed while the rebuild was applied")]
+    HeadMoved,
+    /// The engine failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// One entry of the commit-ordered change feed.

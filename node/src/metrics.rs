@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use openraft::{BasicNode, RaftMetrics, ServerState};
 use raft_store::raft::{NodeId, Rejection};
-use raft_store::{AppendError, Appended, FromLog, GuardedPage, PartOutcome, PopulateError};
+use raft_store::{
+    AppendError, Appended, FromLog, GuardedPage, PartOutcome, PopulateError, RebuildError,
+};
 
 use crate::node::WriteError;
 
@@ -153,6 +155,16 @@ const POPULATE_OUTCOMES: &[&str] = &[
     "unavailable",
     "error",
 ];
+const REBUILD_OUTCOMES: &[&str] = &[
+    "rebuilt",
+    "not_diverged",
+    "log_refused",
+    "invalid_input",
+    "too_large",
+    "not_leader",
+    "unavailable",
+    "error",
+];
 const GUARDED_OUTCOMES: &[&str] = &[
     "authoritative",
     "not_populated",
@@ -170,6 +182,7 @@ const READ_STAGES: &[&str] = &["read", "confirmation"];
 pub struct Metrics {
     appends: Family,
     populates: Family,
+    rebuilds: Family,
     guarded_reads: Family,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
@@ -194,6 +207,13 @@ impl Default for Metrics {
                 "Populate requests evaluated here, by outcome.",
                 "outcome",
                 POPULATE_OUTCOMES,
+            ),
+            rebuilds: Family::new(
+                "chainstore_rebuilds_total",
+                "Rebuild requests evaluated here (a partition moved into quarantine and rebuilt \
+                 from the log), by outcome.",
+                "outcome",
+                REBUILD_OUTCOMES,
             ),
             guarded_reads: Family::new(
                 "chainstore_guarded_reads_total",
@@ -252,6 +272,11 @@ fn write_error_label(err: &WriteError) -> &'static str {
         WriteError::Append(AppendError::HeadMoved)
         | WriteError::Populate(PopulateError::HeadMoved) => "unavailable",
         WriteError::Populate(PopulateError::SessionConflict { .. }) => "session_conflict",
+        WriteError::Rebuild(RebuildError::NotDiverged { .. }) => "not_diverged",
+        WriteError::Rebuild(RebuildError::LogRefused(_)) => "log_refused",
+        WriteError::Rebuild(RebuildError::InvalidInput(_)) => "invalid_input",
+        WriteError::Rebuild(RebuildError::TooLarge(_)) => "too_large",
+        WriteError::Rebuild(RebuildError::HeadMoved) => "unavailable",
         _ => "error",
     }
 }
@@ -279,6 +304,14 @@ impl Metrics {
         self.populates.inc(match result {
             Ok(PartOutcome::Accepted { .. }) => "part_accepted",
             Ok(PartOutcome::Finished(outcome)) => outcome.label(),
+            Err(err) => write_error_label(err),
+        });
+    }
+
+    /// Counts one rebuild request's outcome.
+    pub fn record_rebuild<T>(&self, result: &Result<T, WriteError>) {
+        self.rebuilds.inc(match result {
+            Ok(_) => "rebuilt",
             Err(err) => write_error_label(err),
         });
     }
@@ -378,6 +411,7 @@ impl Metrics {
         );
         self.appends.render(&mut out);
         self.populates.render(&mut out);
+        self.rebuilds.render(&mut out);
         self.guarded_reads.render(&mut out);
         self.sync_seconds.render(&mut out);
         self.apply_seconds.render(&mut out);

@@ -20,7 +20,7 @@ use raft_store::raft::{
 use raft_store::{
     AppendError, AppendRequest, Appended, Applied, BatchPlan, ChainEvent, ChainStore, Effect,
     Engine, ExecutionId, FromLog, LogEvent, OpenError, PartOutcome, PopulateError, PopulateSession,
-    ReplicateError, Replicated, StorageError, StoreConfig,
+    QuarantineRecord, RebuildError, ReplicateError, Replicated, StorageError, StoreConfig,
 };
 
 use crate::config::NodeConfig;
@@ -73,6 +73,9 @@ pub enum WriteError {
     /// The delivery was refused.
     #[error(transparent)]
     Replicate(ReplicateError),
+    /// The rebuild was refused; nothing changed.
+    #[error(transparent)]
+    Rebuild(RebuildError),
     /// The entry was committed but its effect was refused at apply time.
     #[error("the write was refused at apply time: {0:?}")]
     Rejected(Rejection),
@@ -574,7 +577,7 @@ impl Node {
                         Ok(duplicates)
                     }
                     (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-                    (_, CommandResult::Nothing | CommandResult::Each(_)) => Err(
+                    (_, CommandResult::Nothing | CommandResult::Each(_) | CommandResult::Rebuilt(..)) => Err(
                         WriteError::Unavailable("the entry applied without a result".into()),
                     ),
                 }
@@ -656,7 +659,7 @@ impl Node {
                 (_, CommandResult::Rejected(rejection)) => {
                     return Err(WriteError::Rejected(rejection))
                 }
-                (_, CommandResult::Nothing | CommandResult::Each(_)) => {
+                (_, CommandResult::Nothing | CommandResult::Each(_) | CommandResult::Rebuilt(..)) => {
                     return Err(WriteError::Unavailable(
                         "the entry applied without a result".into(),
                     ))
@@ -664,6 +667,71 @@ impl Node {
             }
         }
         Ok(total)
+    }
+
+    /// Rebuilds `exec` from the log: its partition moved into a quarantine record and the log's
+    /// chain written in its place, in one entry (a longer log continues in populate batches,
+    /// leaving the execution unservable until the last lands). Returns the record and the
+    /// chain's length.
+    pub async fn rebuild(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+        reason: &str,
+    ) -> Result<(QuarantineRecord, u64), WriteError> {
+        let result = self.rebuild_inner(exec, events, reason).await;
+        self.metrics.record_rebuild(&result);
+        result
+    }
+
+    async fn rebuild_inner(
+        &self,
+        exec: &ExecutionId,
+        events: &[LogEvent],
+        reason: &str,
+    ) -> Result<(QuarantineRecord, u64), WriteError> {
+        let _latch = self.latches.acquire(exec).await;
+        self.ready_leader().await?;
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let plan = self
+            .store
+            .evaluate_rebuild(exec, events, reason, at_ms)
+            .map_err(|err| match err {
+                RebuildError::Storage(err) => WriteError::Storage(err),
+                other => WriteError::Rebuild(other),
+            })?;
+        self.proposing.fetch_add(1, Ordering::SeqCst);
+        let proposed = {
+            let _done = Decrement(&self.proposing);
+            let write = self.proposer.propose_rebuild(plan.rebuild);
+            tokio::time::timeout(self.config.limits.write_timeout, write).await
+        };
+        let record = match proposed {
+            Err(_) => {
+                return Err(WriteError::Unavailable(
+                    "the rebuild was not applied in time; its outcome is unknown: read the \
+                     execution's quarantine records before retrying"
+                        .into(),
+                ))
+            }
+            Ok(Err(ProposeError::NotLeader(leader))) => return Err(WriteError::NotLeader(leader)),
+            Ok(Err(ProposeError::Unavailable(message))) => {
+                return Err(WriteError::Unavailable(message))
+            }
+            Ok(Ok((_, CommandResult::Rebuilt(record, _)))) => record,
+            Ok(Ok((_, CommandResult::Rejected(rejection)))) => {
+                return Err(WriteError::Rejected(rejection))
+            }
+            Ok(Ok((_, other))) => {
+                return Err(WriteError::Unavailable(format!(
+                    "the rebuild applied as {other:?}"
+                )))
+            }
+        };
+        self.propose_effects(plan.rest).await?;
+        Ok((record, plan.total))
     }
 
     /// Stores replicated events in any order (SPEC §4.2).

@@ -8,7 +8,8 @@
 //! result. An entry never holds two effects on one execution (the latch already holds a second
 //! write back until the first is applied; the proposer keeps it so even for a waiter that gave
 //! up), and is bounded by count and by bytes. A waiter that gave up before its effect was
-//! proposed is left out.
+//! proposed is left out. A rebuild ([`Command::Rebuild`]) goes through the same queue and
+//! slots, always alone in its entry.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
 use raft_store::raft::{Command, CommandResult, TypeConfig};
-use raft_store::Effect;
+use raft_store::{Effect, Rebuild};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::node::Leader;
@@ -48,8 +49,26 @@ pub(crate) struct EntryLimits {
 
 type Answer = oneshot::Sender<Result<(u64, CommandResult), ProposeError>>;
 
+/// What one waiter asked to have written.
+enum Write {
+    /// An effect, which may share its entry.
+    Effect(Effect),
+    /// A rebuild, alone in its entry.
+    Rebuild(Rebuild),
+}
+
+impl Write {
+    fn execution_id(&self) -> &raft_store::ExecutionId {
+        match self {
+            Write::Effect(effect) => &effect.execution_id,
+            Write::Rebuild(rebuild) => &rebuild.effect.execution_id,
+        }
+    }
+}
+
 struct Proposal {
-    effect: Effect,
+    write: Write,
+    /// The effect's bytes (`usize::MAX` for a rebuild: nothing fits beside it).
     bytes: usize,
     answer: Answer,
 }
@@ -73,11 +92,27 @@ impl Proposer {
         &self,
         effect: Effect,
     ) -> Result<(u64, CommandResult), ProposeError> {
-        let (answer, result) = oneshot::channel();
         let bytes = effect.encoded_size();
+        self.send(Write::Effect(effect), bytes).await
+    }
+
+    /// Proposes `rebuild` as an entry of its own; resolves once it is applied on this node.
+    pub(crate) async fn propose_rebuild(
+        &self,
+        rebuild: Rebuild,
+    ) -> Result<(u64, CommandResult), ProposeError> {
+        self.send(Write::Rebuild(rebuild), usize::MAX).await
+    }
+
+    async fn send(
+        &self,
+        write: Write,
+        bytes: usize,
+    ) -> Result<(u64, CommandResult), ProposeError> {
+        let (answer, result) = oneshot::channel();
         self.queue
             .send(Proposal {
-                effect,
+                write,
                 bytes,
                 answer,
             })
@@ -116,13 +151,13 @@ async fn run(
                 let fits = entry.is_empty()
                     || (entry.len() < limits.effects_max
                         && bytes.saturating_add(proposal.bytes) <= limits.bytes_max
-                        && !executions.contains(&proposal.effect.execution_id));
+                        && !executions.contains(proposal.write.execution_id()));
                 if !fits {
                     held_back = Some(proposal);
                     break;
                 }
                 bytes = bytes.saturating_add(proposal.bytes);
-                executions.insert(proposal.effect.execution_id.clone());
+                executions.insert(proposal.write.execution_id().clone());
                 entry.push(proposal);
             }
             next = queue.try_recv().ok();
@@ -142,12 +177,28 @@ async fn run(
 /// Proposes `entry` as one Raft entry and answers each of its waiters.
 async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>, timeout: Duration) {
     let count = entry.len();
-    let (mut effects, answers): (Vec<Effect>, Vec<Answer>) =
-        entry.into_iter().map(|p| (p.effect, p.answer)).unzip();
-    let command = match effects.pop() {
-        Some(only) if effects.is_empty() => Command::Effect(only),
+    let (mut writes, answers): (Vec<Write>, Vec<Answer>) =
+        entry.into_iter().map(|p| (p.write, p.answer)).unzip();
+    let command = match writes.pop() {
+        Some(Write::Rebuild(rebuild)) if writes.is_empty() => Command::Rebuild(rebuild),
+        Some(Write::Effect(only)) if writes.is_empty() => Command::Effect(only),
         Some(last) => {
-            effects.push(last);
+            writes.push(last);
+            let mut effects = Vec::with_capacity(writes.len());
+            for write in writes {
+                match write {
+                    Write::Effect(effect) => effects.push(effect),
+                    // The queue never puts a rebuild beside another write.
+                    Write::Rebuild(_) => {
+                        for answer in answers {
+                            let _ = answer.send(Err(ProposeError::Unavailable(
+                                "a rebuild was queued beside other writes".into(),
+                            )));
+                        }
+                        return;
+                    }
+                }
+            }
             Command::Effects(effects)
         }
         None => return,

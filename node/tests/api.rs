@@ -478,6 +478,16 @@ async fn bad_input_on_every_endpoint_is_refused_and_changes_nothing() {
         ("POST", "/v1/executions/ok/populate", br#"{"events": [], "session": {"id": "s", "position": 0, "total": 4}}"#.to_vec(), 400, "invalid_input"),
         ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "bad id", "position": 0, "total": 4}}"#.to_vec(), 400, "invalid_input"),
         ("POST", "/v1/executions/ok/populate", br#"{"events": [{"event_id": "a", "payload": 1}], "session": {"id": "s", "position": 0, "total": 4, "extra": 1}}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/rebuild", br#"{"events": []}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/rebuild", br#"{"reason": " ", "events": [{"event_id": "z", "payload": 1}]}"#.to_vec(), 400, "invalid_input"),
+        ("POST", "/v1/executions/ok/rebuild", br#"{"reason": "r", "events": [], "force": true}"#.to_vec(), 400, "invalid_input"),
+        // The stored chain is the log's beginning: nothing to rebuild.
+        ("POST", "/v1/executions/ok/rebuild", br#"{"reason": "r", "events": [{"event_id": "a", "payload": {"step": "a"}}, {"event_id": "b", "prev_event_id": "a", "payload": 1}]}"#.to_vec(), 409, "refused"),
+        // A log that is not one chain.
+        ("POST", "/v1/executions/ok/rebuild", br#"{"reason": "r", "events": [{"event_id": "x", "payload": 1}, {"event_id": "y", "payload": 1}]}"#.to_vec(), 409, "refused"),
+        ("GET", "/v1/executions/ok/quarantine/one", Vec::new(), 400, "invalid_input"),
+        ("GET", "/v1/executions/ok/quarantine/1", Vec::new(), 404, "not_found"),
+        ("GET", "/v1/executions/ok/quarantine/1?from_seq=0", Vec::new(), 400, "invalid_input"),
         ("POST", "/v1/executions/%ZZ/events", event("a", None).to_string().into_bytes(), 400, "invalid_input"),
         ("GET", "/v1/executions/%ZZ/chain", Vec::new(), 400, "invalid_input"),
         ("GET", "/v1/executions/ok/events", Vec::new(), 405, "method_not_allowed"),
@@ -718,4 +728,69 @@ async fn appends_racing_on_one_head_get_one_winner_and_not_head_for_the_rest() {
     let (_, chain) = c.get(l, "/v1/executions/race/chain").await;
     assert_eq!(chain["answer"], "authoritative", "{chain}");
     assert_eq!(chain["events"].as_array().map(Vec::len), Some(11));
+}
+
+/// A rebuild goes through Raft: every node moves the diverged partition into the same quarantine
+/// record and serves the log's chain; sent to a follower, it is forwarded to the leader.
+#[tokio::test]
+async fn a_rebuild_replaces_a_diverged_execution_on_every_node_and_keeps_what_it_held() {
+    let c = Cluster::start(3).await;
+    let l = c.leader().await;
+    let f = c.follower().await;
+    let (status, answer) = c
+        .post(l, "/v1/executions/r/populate", &log(&["a", "b"]))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = c
+        .post(l, "/v1/executions/r/events", &event("intruder", Some("b")))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let mut body = log(&["a", "b", "c"]);
+    body["reason"] = json!("a second writer");
+    let (status, answer) = c.post(f, "/v1/executions/r/rebuild", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let record = answer["quarantine"].clone();
+    assert_eq!(
+        (&record["number"], &record["events"], &answer["total"]),
+        (&json!(1), &json!(3), &json!(3)),
+        "{answer}"
+    );
+    assert_eq!(record["reason"], "a second writer");
+    assert!(record["diagnosis"].as_str().unwrap().contains("intruder"), "{record}");
+    let index = record["commit_index"].as_u64().expect("commit index");
+    let ids = |events: &Value| -> Vec<String> {
+        events
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for node in 1..=3 {
+        c.wait_applied(node, index, std::time::Duration::from_secs(10)).await;
+        let (_, chain) = c
+            .get(node, "/v1/executions/r/chain?consistency=local")
+            .await;
+        assert_eq!(chain["answer"], "authoritative", "node {node}: {chain}");
+        assert_eq!(ids(&chain["events"]), ["a", "b", "c"], "node {node}");
+        let (_, list) = c
+            .get(node, "/v1/executions/r/quarantine?consistency=local")
+            .await;
+        assert_eq!(list["records"], json!([record]), "node {node}");
+        let (_, page) = c
+            .get(node, "/v1/executions/r/quarantine/1?consistency=local&limit=2")
+            .await;
+        assert_eq!(ids(&page["events"]), ["a", "b"], "node {node}: {page}");
+        assert_eq!(page["next_from_seq"], 3, "node {node}: {page}");
+        let (_, page) = c
+            .get(node, "/v1/executions/r/quarantine/1?consistency=local&from_seq=3")
+            .await;
+        assert_eq!(ids(&page["events"]), ["intruder"], "node {node}: {page}");
+    }
+    // Nothing is left to rebuild: refused, and no second record.
+    let (status, answer) = c.post(l, "/v1/executions/r/rebuild", &body).await;
+    assert_eq!((status, answer["error"].as_str()), (409, Some("refused")), "{answer}");
+    let (_, list) = c.get(l, "/v1/executions/r/quarantine").await;
+    assert_eq!(list["records"].as_array().map(Vec::len), Some(1));
 }

@@ -177,6 +177,18 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
             "/v1/executions/matrix/events/m0",
             Value::Null,
         ),
+        (
+            Needs::Read,
+            "GET",
+            "/v1/executions/matrix/quarantine",
+            Value::Null,
+        ),
+        (
+            Needs::Read,
+            "GET",
+            "/v1/executions/matrix/quarantine/1",
+            Value::Null,
+        ),
         (Needs::Read, "GET", "/v1/changes", Value::Null),
         (
             Needs::Write,
@@ -195,6 +207,12 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
             "POST",
             "/v1/executions/{fresh}/replicated",
             json!({ "events": [] }),
+        ),
+        (
+            Needs::Admin,
+            "POST",
+            "/v1/executions/{fresh}/rebuild",
+            json!({ "reason": "test", "events": [] }),
         ),
         (Needs::Admin, "GET", "/v1/snapshot", Value::Null),
         (

@@ -22,15 +22,16 @@ pub mod raft;
 
 pub use chain::{
     AppendPlan, Applied, ApplyError, BatchPlan, ChainStore, ChangePage, CoverageChange, Effect,
-    HeadCheck, OpenError, PageBounds, PartPlan, PopulatePlan, SessionChange, SessionRecord,
-    StoreConfig, CHANGES_PAGE_MAX, FORMAT_VERSION,
+    HeadCheck, OpenError, PageBounds, PartPlan, PopulatePlan, QuarantineNote, Rebuild, RebuildPlan,
+    SessionChange, SessionRecord, StoreConfig, CHANGES_PAGE_MAX, FORMAT_VERSION,
+    QUARANTINE_BYTES_MAX, REASON_BYTES_MAX,
 };
 pub use chainstore_model::{
     api, order_by_links, order_segment, validate_id, AppendError, AppendRequest, Appended,
     Authority, ChainEvent, ChainPage, Change, Completeness, Coverage, EventId, ExecutionId,
     ExecutionState, Fork, FromLog, Guarded, GuardedPage, Head, InvalidId, Limit, LogEvent, Origin,
-    Oversize, PartOutcome, PopulateError, PopulateSession, Reason, Refusal, ReplicateError,
-    Replicated, SessionId, Watermark, ID_BYTES_MAX,
+    Oversize, PartOutcome, PopulateError, PopulateSession, QuarantineRecord, Reason, RebuildError,
+    Refusal, ReplicateError, Replicated, SessionId, Watermark, ID_BYTES_MAX,
 };
 pub use engine::{
     CountingEngine, Engine, MemEngine, OpCounts, RocksEngine, RocksOptions, StorageError,

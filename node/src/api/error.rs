@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use raft_store::api::ErrorBody;
 use raft_store::raft::Rejection;
 use raft_store::{
-    AppendError, EventId, Fork, Oversize, PopulateError, ReplicateError, StorageError,
+    AppendError, EventId, Fork, Oversize, PopulateError, RebuildError, ReplicateError,
+    StorageError,
 };
 
 use crate::node::{MembershipError, ReadError, WriteError};
@@ -241,6 +242,17 @@ impl From<WriteError> for ApiError {
                     fork,
                 },
                 ReplicateError::Storage(err) => err.into(),
+            },
+            WriteError::Rebuild(err) => match err {
+                RebuildError::TooLarge(oversize) => ApiError::too_large(oversize),
+                RebuildError::InvalidInput(m) => ApiError::InvalidInput(m),
+                err @ (RebuildError::LogRefused(_) | RebuildError::NotDiverged { .. }) => {
+                    ApiError::Refused(err.to_string())
+                }
+                RebuildError::HeadMoved => {
+                    ApiError::unavailable("the execution changed under the rebuild; retry it")
+                }
+                RebuildError::Storage(err) => err.into(),
             },
             WriteError::Rejected(rejection) => rejection.into(),
             WriteError::Unavailable(m) => ApiError::unavailable(m),

@@ -10,8 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use raft_store::api::{
     AppendAnswer, AppendBatchAnswer, AppendBatchBody, AppendedEvent, ChainAnswer, ChainQuery,
-    ChangesAnswer, ChangesQuery, PopulateAnswer, PopulateBody, RawChainAnswer, ReadQuery,
-    ReplicatedBody, StateAnswer,
+    ChangesAnswer, ChangesQuery, PopulateAnswer, PopulateBody, QuarantineList, QuarantinePage,
+    RawChainAnswer, ReadQuery, RebuildAnswer, RebuildBody, ReplicatedBody, StateAnswer,
+    QUARANTINE_LIST_MAX,
 };
 use raft_store::{AppendRequest, ExecutionId, GuardedPage, Limit, Oversize, PageBounds};
 use serde::Serialize;
@@ -72,6 +73,12 @@ trait WriteBody: Sized {
 }
 
 impl WriteBody for PopulateBody {
+    fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_json(bytes)
+    }
+}
+
+impl WriteBody for RebuildBody {
     fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
         parse_json(bytes)
     }
@@ -245,6 +252,36 @@ pub async fn populate(
     .await
 }
 
+/// `POST /v1/executions/{id}/rebuild` (admin): the partition moved into a quarantine record and
+/// the execution rebuilt from the log sent.
+pub async fn rebuild(
+    State(node): State<Arc<Node>>,
+    PathParams(id): PathParams<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    write(
+        node,
+        id,
+        uri,
+        headers,
+        body,
+        |node, exec, request: RebuildBody| async move {
+            let (quarantine, total) = node
+                .rebuild(&exec, &request.events, &request.reason)
+                .await?;
+            Ok(Json(RebuildAnswer {
+                execution_id: exec,
+                quarantine,
+                total,
+            })
+            .into_response())
+        },
+    )
+    .await
+}
+
 /// `POST /v1/executions/{id}/replicated`
 pub async fn replicated(
     State(node): State<Arc<Node>>,
@@ -402,6 +439,77 @@ pub async fn state(
             head: state.head,
             applied_index,
         })
+    })
+    .await
+}
+
+/// `GET /v1/executions/{id}/quarantine` — the execution's quarantine records, oldest first.
+pub async fn quarantine_list(
+    State(node): State<Arc<Node>>,
+    PathParams(id): PathParams<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let exec = match execution_id(&id) {
+        Ok(exec) => exec,
+        Err(err) => return err.into_response(),
+    };
+    read(&node, &uri, &headers, |_: ReadQuery, applied_index| {
+        let (records, truncated) = node
+            .store()
+            .quarantine_records(&exec, QUARANTINE_LIST_MAX)?;
+        Ok(QuarantineList {
+            execution_id: exec.clone(),
+            records,
+            truncated,
+            applied_index,
+        })
+    })
+    .await
+}
+
+/// `GET /v1/executions/{id}/quarantine/{number}` — one record and a page of the events it
+/// holds (`from_seq`, `limit` as for a chain read).
+pub async fn quarantine_page(
+    State(node): State<Arc<Node>>,
+    PathParams((id, number)): PathParams<(String, String)>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let exec = match execution_id(&id) {
+        Ok(exec) => exec,
+        Err(err) => return err.into_response(),
+    };
+    let Ok(number) = number.parse::<u64>() else {
+        return ApiError::InvalidInput(format!(
+            "a quarantine record is named by its number, not {number:?}"
+        ))
+        .into_response();
+    };
+    read(&node, &uri, &headers, |query: ChainQuery, applied_index| {
+        let limits = &node.config().limits;
+        let bounds = bounds(&query, limits)?;
+        let events_max = bounds
+            .events_max
+            .min(PAGE_EVENTS_DEFAULT.min(limits.read_page_events_max));
+        match node.store().quarantined_page(
+            &exec,
+            number,
+            bounds.from_seq,
+            events_max,
+            bounds.bytes_max,
+        )? {
+            Some((record, events, next_from_seq)) => Ok(QuarantinePage {
+                execution_id: exec.clone(),
+                record,
+                events,
+                next_from_seq,
+                applied_index,
+            }),
+            None => Err(ApiError::NotFound(format!(
+                "execution {exec} has no quarantine record {number}"
+            ))),
+        }
     })
     .await
 }

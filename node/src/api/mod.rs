@@ -44,6 +44,14 @@ pub fn app(node: Arc<Node>) -> Router {
             "/v1/executions/{id}/events/{event_id}",
             get(executions::event),
         )
+        .route(
+            "/v1/executions/{id}/quarantine",
+            get(executions::quarantine_list),
+        )
+        .route(
+            "/v1/executions/{id}/quarantine/{number}",
+            get(executions::quarantine_page),
+        )
         .route("/v1/changes", get(executions::changes))
         .route("/v1/cluster", get(cluster::status))
         .route("/metrics", get(ops::metrics));
@@ -55,6 +63,7 @@ pub fn app(node: Arc<Node>) -> Router {
             "/v1/executions/{id}/replicated",
             post(executions::replicated),
         )
+        .route("/v1/executions/{id}/rebuild", post(executions::rebuild))
         .route("/v1/snapshot", get(backup::save))
         .route("/v1/cluster/init", post(cluster::init))
         .route("/v1/cluster/learners", post(cluster::add_learner))

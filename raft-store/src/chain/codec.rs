@@ -33,7 +33,7 @@ use serde_json::Value;
 use crate::chain::effect::{CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord};
 use crate::engine::StorageError;
 use chainstore_model::{validate_id, EventId, ExecutionId, SessionId};
-use chainstore_model::{ChainEvent, Coverage, Head, Origin, Watermark};
+use chainstore_model::{ChainEvent, Coverage, Head, Origin, QuarantineRecord, Watermark};
 
 const EVENT_RECORD_VERSION: u8 = 1;
 
@@ -513,6 +513,17 @@ pub(crate) fn decode_effect(r: &mut Reader<'_>) -> Result<Effect, StorageError> 
         coverage,
         session,
     })
+}
+
+/// A quarantine record: JSON (rare, small, read by operators).
+pub(crate) fn encode_quarantine(record: &QuarantineRecord) -> Result<Vec<u8>, StorageError> {
+    serde_json::to_vec(record)
+        .map_err(|e| StorageError::Io(format!("cannot encode a quarantine record: {e}")))
+}
+
+pub(crate) fn decode_quarantine(bytes: &[u8]) -> Result<QuarantineRecord, StorageError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| StorageError::Corrupted(format!("a quarantine record does not decode: {e}")))
 }
 
 pub(crate) fn decode_feed_value(bytes: &[u8]) -> Result<EventId, StorageError> {

@@ -8,6 +8,8 @@
 //! c<exec>/w                            -> watermark: first_seq u64 BE ++ through_seq u64 BE
 //! i<exec>/<event_id>                   -> exec_seq u64 BE (the id index)
 //! p<exec>                              -> the execution's populate session (see `codec`)
+//! k<exec>/<number u64 BE>              -> a quarantine record (JSON `QuarantineRecord`)
+//! q<exec>/<number u64 BE><exec_seq u64 BE> -> an event of that record, as it was stored
 //! x<commit_index u64 BE><exec>/<exec_seq u64 BE> -> event_id (the change feed)
 //! ```
 //!
@@ -28,6 +30,8 @@ const PARTITION: u8 = b'c';
 const ID_INDEX: u8 = b'i';
 const FEED: u8 = b'x';
 const SESSION: u8 = b'p';
+const QUARANTINE_RECORD: u8 = b'k';
+const QUARANTINE_EVENT: u8 = b'q';
 
 const HEAD: u8 = b'h';
 const EVENT: u8 = b's';
@@ -96,6 +100,67 @@ pub(crate) fn session(exec: &ExecutionId) -> Vec<u8> {
     key.push(SESSION);
     key.extend_from_slice(exec.as_bytes());
     key
+}
+
+/// The half-open range of an execution's id index.
+pub(crate) fn id_index_range(exec: &ExecutionId) -> (Vec<u8>, Vec<u8>) {
+    prefixed_range(ID_INDEX, exec)
+}
+
+/// `<tag><exec>/` and the end of everything under it.
+fn prefixed_range(tag: u8, exec: &ExecutionId) -> (Vec<u8>, Vec<u8>) {
+    let mut start = Vec::with_capacity(exec.as_bytes().len() + 2);
+    start.push(tag);
+    start.extend_from_slice(exec.as_bytes());
+    start.push(b'/');
+    // The prefix ends in '/', which is below 0xff, so an end always exists.
+    let end = prefix_end(&start).unwrap_or_default();
+    (start, end)
+}
+
+/// The half-open range of an execution's quarantine records, in number order.
+pub(crate) fn quarantine_records(exec: &ExecutionId) -> (Vec<u8>, Vec<u8>) {
+    prefixed_range(QUARANTINE_RECORD, exec)
+}
+
+/// `k<exec>/<number>`: one quarantine record.
+pub(crate) fn quarantine_record(exec: &ExecutionId, number: u64) -> Vec<u8> {
+    let mut key = quarantine_records(exec).0;
+    key.extend_from_slice(&number.to_be_bytes());
+    key
+}
+
+/// The number a key of [`quarantine_records`] names.
+pub(crate) fn parse_quarantine_record(exec: &ExecutionId, key: &[u8]) -> Option<u64> {
+    let rest = key.get(exec.as_bytes().len() + 2..)?;
+    Some(u64::from_be_bytes(rest.try_into().ok()?))
+}
+
+/// `q<exec>/<number><exec_seq>`: an event of one quarantine record.
+pub(crate) fn quarantined_event(exec: &ExecutionId, number: u64, exec_seq: u64) -> Vec<u8> {
+    let mut key = prefixed_range(QUARANTINE_EVENT, exec).0;
+    key.extend_from_slice(&number.to_be_bytes());
+    key.extend_from_slice(&exec_seq.to_be_bytes());
+    key
+}
+
+/// The half-open range of the events of quarantine record `number`, from `from_seq`.
+pub(crate) fn quarantined_events(
+    exec: &ExecutionId,
+    number: u64,
+    from_seq: u64,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = quarantined_event(exec, number, from_seq);
+    let mut end = prefixed_range(QUARANTINE_EVENT, exec).0;
+    end.extend_from_slice(&number.to_be_bytes());
+    let end = prefix_end(&end).unwrap_or_else(|| prefixed_range(QUARANTINE_EVENT, exec).1);
+    (start, end)
+}
+
+/// The sequence a key of [`quarantined_events`] names.
+pub(crate) fn parse_quarantined_event(key: &[u8]) -> Option<u64> {
+    let seq = key.get(key.len().checked_sub(8)?..)?;
+    Some(u64::from_be_bytes(seq.try_into().ok()?))
 }
 
 pub(crate) fn feed(commit_index: u64, exec: &ExecutionId, exec_seq: u64) -> Vec<u8> {
@@ -181,6 +246,30 @@ mod tests {
         }
         assert!(head(&exec("a")) >= start && head(&exec("a")) < end);
         assert!(!(session(&exec("a")) >= start && session(&exec("a")) < end));
+    }
+
+    #[test]
+    fn quarantine_keys_stay_inside_their_execution_and_record() {
+        let a = exec("a");
+        let (start, end) = quarantine_records(&a);
+        let keys: Vec<_> = [1u64, 2, 256, u64::MAX]
+            .iter()
+            .map(|n| quarantine_record(&a, *n))
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert!(keys.iter().all(|k| *k >= start && *k < end));
+        assert_eq!(parse_quarantine_record(&a, &keys[2]), Some(256));
+        assert!(quarantine_record(&exec("ab"), 1) >= end);
+        let (start, end) = quarantined_events(&a, 2, 1);
+        for (n, seq, inside) in [(2, 1, true), (2, u64::MAX, true), (1, 9, false), (3, 1, false)] {
+            let key = quarantined_event(&a, n, seq);
+            assert_eq!(key >= start && key < end, inside, "record {n} seq {seq}");
+        }
+        assert_eq!(parse_quarantined_event(&quarantined_event(&a, 2, 77)), Some(77));
+        let (start, end) = id_index_range(&a);
+        assert!(id_index(&a, &EventId::new("e").unwrap()) >= start);
+        assert!(id_index(&a, &EventId::new("e").unwrap()) < end);
+        assert!(id_index(&exec("ab"), &EventId::new("e").unwrap()) >= end);
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl<E: Engine> ChainStore<E> {
         &self.engine
     }
 
-    fn lock_writer(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, ()> {
         // The guarded data is `()`: a poisoned lock protects nothing that could be inconsistent.
         self.writer
             .lock()

@@ -471,7 +471,7 @@ impl<E: Engine> ChainStore<E> {
 
     /// Refuses a log (or a session's part) over the count limit, with a payload over the size
     /// limit, or holding one id twice.
-    fn check_log_events(&self, log: &[LogEvent]) -> Result<(), PopulateError> {
+    pub(crate) fn check_log_events(&self, log: &[LogEvent]) -> Result<(), PopulateError> {
         if log.len() > self.config.populate_events_max {
             return Err(PopulateError::TooLarge(Oversize {
                 what: Limit::PopulateEvents,
@@ -498,7 +498,7 @@ impl<E: Engine> ChainStore<E> {
     /// change with the last, so a crash between batches leaves either no watermark or one that
     /// disagrees with the head, and the partition is refused until a later populate completes
     /// it. With nothing missing, one effect carries the records, or none when `unchanged`.
-    fn fill_effects(
+    pub(crate) fn fill_effects(
         &self,
         exec: &ExecutionId,
         mut head: Option<Head>,
@@ -946,7 +946,7 @@ impl<E: Engine> ChainStore<E> {
 }
 
 /// The log's event as the store keeps it at `exec_seq` (the commit index is set on apply).
-fn stored_as(exec: &ExecutionId, exec_seq: u64, logged: &LogEvent) -> ChainEvent {
+pub(crate) fn stored_as(exec: &ExecutionId, exec_seq: u64, logged: &LogEvent) -> ChainEvent {
     ChainEvent {
         execution_id: exec.clone(),
         exec_seq,
@@ -959,7 +959,7 @@ fn stored_as(exec: &ExecutionId, exec_seq: u64, logged: &LogEvent) -> ChainEvent
 }
 
 /// Whether a stored event is the log's event at its position (the commit index aside).
-fn same_as_logged(stored: &ChainEvent, logged: &LogEvent) -> bool {
+pub(crate) fn same_as_logged(stored: &ChainEvent, logged: &LogEvent) -> bool {
     stored.event_id == logged.event_id
         && stored.prev_event_id == logged.prev_event_id
         && stored.parent_execution_id == logged.parent_execution_id

@@ -5,6 +5,9 @@
 //! entry v2:  format u8 (= 2) ++ term u64 BE ++ leader node id u64 BE ++ index u64 BE ++ payload
 //! payload  = 0 (blank) | 1 ++ effect (chain::codec's layout) | 2 ++ bytes(membership JSON)
 //!          | 3 ++ count u32 BE ++ effect * count   (the effects of several requests)
+//!          | 4 ++ rebuild
+//! rebuild  = expect ++ bytes(reason) ++ bytes(diagnosis) ++ at_ms u64 BE ++ effect
+//! expect   = 0 (no head) | 1 ++ seq u64 BE ++ id(event)
 //! ```
 //! A membership is openraft's own type, rare and small: it stays JSON inside the frame.
 //!
@@ -15,6 +18,8 @@
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 use super::types::{Command, TypeConfig};
+use crate::chain::{QuarantineNote, Rebuild};
+use chainstore_model::{EventId, Head};
 use crate::chain::codec::{decode_effect, encode_effect, push_bytes, Reader};
 use crate::engine::StorageError;
 
@@ -27,6 +32,7 @@ const PAYLOAD_BLANK: u8 = 0;
 const PAYLOAD_NORMAL: u8 = 1;
 const PAYLOAD_MEMBERSHIP: u8 = 2;
 const PAYLOAD_EFFECTS: u8 = 3;
+const PAYLOAD_REBUILD: u8 = 4;
 /// The fewest bytes one encoded effect takes (a one-byte execution id, no events, no changes).
 const EFFECT_BYTES_MIN: usize = 9;
 
@@ -51,6 +57,10 @@ pub fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, StorageError> 
             for effect in effects {
                 encode_effect(effect, &mut out);
             }
+        }
+        EntryPayload::Normal(Command::Rebuild(rebuild)) => {
+            out.push(PAYLOAD_REBUILD);
+            encode_rebuild(rebuild, &mut out);
         }
         EntryPayload::Membership(membership) => {
             out.push(PAYLOAD_MEMBERSHIP);
@@ -93,6 +103,7 @@ fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
             }
             EntryPayload::Normal(Command::Effects(effects))
         }
+        PAYLOAD_REBUILD => EntryPayload::Normal(Command::Rebuild(decode_rebuild(&mut r)?)),
         PAYLOAD_MEMBERSHIP => {
             EntryPayload::Membership(serde_json::from_slice(r.bytes()?).map_err(|e| {
                 StorageError::Corrupted(format!("a membership entry does not decode: {e}"))
@@ -108,6 +119,55 @@ fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     Ok(Entry {
         log_id: LogId::new(CommittedLeaderId::new(term, node_id), index),
         payload,
+    })
+}
+
+fn encode_rebuild(rebuild: &Rebuild, out: &mut Vec<u8>) {
+    match &rebuild.expect {
+        None => out.push(0),
+        Some(head) => {
+            out.push(1);
+            out.extend_from_slice(&head.exec_seq.to_be_bytes());
+            push_bytes(out, head.event_id.as_bytes());
+        }
+    }
+    push_bytes(out, rebuild.note.reason.as_bytes());
+    push_bytes(out, rebuild.note.diagnosis.as_bytes());
+    out.extend_from_slice(&rebuild.note.at_ms.to_be_bytes());
+    encode_effect(&rebuild.effect, out);
+}
+
+fn decode_rebuild(r: &mut Reader<'_>) -> Result<Rebuild, StorageError> {
+    let text = |bytes: &[u8], what: &str| {
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| StorageError::Corrupted(format!("a rebuild's {what} is not UTF-8")))
+    };
+    let expect = match r.u8()? {
+        0 => None,
+        1 => {
+            let exec_seq = r.u64()?;
+            let event_id = EventId::new(text(r.bytes()?, "head")?)
+                .map_err(|e| StorageError::Corrupted(format!("a rebuild's head: {e}")))?;
+            Some(Head { exec_seq, event_id })
+        }
+        other => {
+            return Err(StorageError::Corrupted(format!(
+                "a rebuild's head tag {other} is unknown"
+            )))
+        }
+    };
+    let reason = text(r.bytes()?, "reason")?;
+    let diagnosis = text(r.bytes()?, "diagnosis")?;
+    let at_ms = r.u64()?;
+    let effect = decode_effect(r)?;
+    Ok(Rebuild {
+        expect,
+        note: QuarantineNote {
+            reason,
+            diagnosis,
+            at_ms,
+        },
+        effect,
     })
 }
 
@@ -203,6 +263,33 @@ mod tests {
             Entry {
                 log_id: log_id(5),
                 payload: EntryPayload::Normal(Command::Effects(Vec::new())),
+            },
+            Entry {
+                log_id: log_id(6),
+                payload: EntryPayload::Normal(Command::Rebuild(Rebuild {
+                    expect: Some(Head {
+                        exec_seq: 9,
+                        event_id: id("intruder"),
+                    }),
+                    note: QuarantineNote {
+                        reason: "diverged: the log is the authority ✓".into(),
+                        diagnosis: "diverged at position 1".into(),
+                        at_ms: 1_700_000_000_000,
+                    },
+                    effect: effect(),
+                })),
+            },
+            Entry {
+                log_id: log_id(7),
+                payload: EntryPayload::Normal(Command::Rebuild(Rebuild {
+                    expect: None,
+                    note: QuarantineNote {
+                        reason: String::new(),
+                        diagnosis: String::new(),
+                        at_ms: 0,
+                    },
+                    effect: bare.clone(),
+                })),
             },
             Entry {
                 log_id: log_id(u64::MAX),

@@ -1,6 +1,6 @@
 //! Keys of the Raft storage. The log store lives under `R/`; the state machine's own records under
 //! `a/`. The state machine's whole range, which snapshots copy, is `[a, y)`: it holds `a/`, the
-//! chain store's `c`, `i`, `p`, `x` namespaces and its `m/format` record, and nothing of the log.
+//! chain store's `c`, `i`, `k`, `p`, `q`, `x` namespaces and its `m/format` record, and nothing of the log.
 
 pub(crate) const VOTE: &[u8] = b"R/vote";
 pub(crate) const COMMITTED: &[u8] = b"R/committed";
@@ -47,6 +47,8 @@ mod tests {
             chain::id_index(&exec, &id),
             chain::feed(u64::MAX, &exec, u64::MAX),
             chain::session(&exec),
+            chain::quarantine_record(&exec, u64::MAX),
+            chain::quarantined_event(&exec, u64::MAX, u64::MAX),
             chain::FORMAT.to_vec(),
             APPLIED.to_vec(),
             MEMBERSHIP.to_vec(),

@@ -142,6 +142,15 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                 }
                 CommandResult::Each(results)
             }
+            EntryPayload::Normal(Command::Rebuild(rebuild)) => {
+                match self.store.stage_rebuild(rebuild, entry.log_id.index) {
+                    Ok((rebuild_batch, record, applied)) => {
+                        batch.extend(rebuild_batch);
+                        CommandResult::Rebuilt(record, applied)
+                    }
+                    Err(err) => rejected(err, entry.log_id)?,
+                }
+            }
             EntryPayload::Membership(membership) => {
                 let stored = Membership::new(Some(entry.log_id), membership.clone());
                 batch.put(keys::MEMBERSHIP, to_json(&stored)?);
@@ -168,16 +177,7 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                 batch.extend(effect_batch);
                 CommandResult::Applied(applied)
             }
-            Err(ApplyError::Storage(err)) => {
-                return Err(StorageIOError::apply(log_id, AnyError::new(&err)).into())
-            }
-            Err(ApplyError::Forked(fork)) => CommandResult::Rejected(Rejection::Forked(fork)),
-            Err(ApplyError::HeadMoved { expected, found }) => {
-                CommandResult::Rejected(Rejection::HeadMoved { expected, found })
-            }
-            Err(ApplyError::Malformed(message)) => {
-                CommandResult::Rejected(Rejection::Malformed(message))
-            }
+            Err(err) => rejected(err, log_id)?,
         })
     }
 
@@ -211,6 +211,19 @@ impl<E: Engine + ?Sized> StateMachine<E> {
         }
         Self::applied_from(&pairs)
     }
+}
+
+/// The result of an effect or a rebuild that was refused, or the storage error that stops the
+/// apply.
+fn rejected(err: ApplyError, log_id: LogId<NodeId>) -> Result<CommandResult, StorageError<NodeId>> {
+    Ok(CommandResult::Rejected(match err {
+        ApplyError::Storage(err) => {
+            return Err(StorageIOError::apply(log_id, AnyError::new(&err)).into())
+        }
+        ApplyError::Forked(fork) => Rejection::Forked(fork),
+        ApplyError::HeadMoved { expected, found } => Rejection::HeadMoved { expected, found },
+        ApplyError::Malformed(message) => Rejection::Malformed(message),
+    }))
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeId>> {

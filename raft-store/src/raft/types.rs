@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::{Applied, Effect};
-use chainstore_model::{Fork, Head};
+use crate::chain::{Applied, Effect, Rebuild};
+use chainstore_model::{Fork, Head, QuarantineRecord};
 
 openraft::declare_raft_types!(
     /// chainstore's Raft types: u64 node ids with an address, commands carrying resolved effects,
@@ -28,6 +28,9 @@ pub enum Command {
     /// per-execution latches make it so; apply refuses a second effect on the same execution
     /// as malformed), applied in order in ONE batch with the entry's log id; one result each.
     Effects(Vec<Effect>),
+    /// One execution's partition moved into a quarantine record and the first batch of its
+    /// chain from the log written in its place, in ONE batch (always alone in its entry).
+    Rebuild(Rebuild),
 }
 
 /// Why an entry's effect was not applied. Deterministic: every replica reaches the same verdict.
@@ -60,4 +63,7 @@ pub enum CommandResult {
     Rejected(Rejection),
     /// The results of a [`Command::Effects`] entry, one per effect, in order.
     Each(Vec<CommandResult>),
+    /// A [`Command::Rebuild`] was applied: the record the partition went into, and what the
+    /// chain's first batch stored.
+    Rebuilt(QuarantineRecord, Applied),
 }

@@ -19,7 +19,8 @@ use std::time::Duration;
 use chainstore_client::postgres::{PgLog, PgTable, TableNames};
 use chainstore_client::{
     AppendRequest, Client, ClientError, ConnectArgs, Consistency, EventId, ExecutionId, FromLog,
-    Guarded, LogError, LogEvent, ReadOptions, ReconcileError, Reconciler, Verdict,
+    Guarded, LogError, LogEvent, LogSource, PageRequest, ReadOptions, ReconcileError, Reconciler,
+    Verdict,
 };
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -115,6 +116,36 @@ enum Command {
         execution: Option<String>,
         #[command(flatten)]
         table: TableNames,
+    },
+    /// Rebuilds a diverged execution from its PostgreSQL log (admin): the stored partition moves
+    /// into a quarantine record, kept and readable with `chainctl quarantine ID`, and the log's
+    /// chain takes its place. Refused, changing nothing, when the stored chain agrees with the
+    /// log (populate it instead) or the log is not one chain.
+    Repair {
+        /// The execution.
+        execution: String,
+        /// A PostgreSQL connection string: the log is read from its table.
+        #[arg(long, env = "CHAINCTL_POSTGRES_DSN", hide_env_values = true)]
+        from_postgres: String,
+        /// Why (kept in the quarantine record).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        table: TableNames,
+    },
+    /// An execution's quarantine records (what rebuilds moved aside), or one record with its
+    /// events.
+    Quarantine {
+        /// The execution.
+        execution: String,
+        /// A record's number: show it with its events.
+        number: Option<u64>,
+        /// The first event's sequence.
+        #[arg(long, default_value_t = 1)]
+        from_seq: u64,
+        /// Most events shown.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
     },
     /// The commit-ordered change feed.
     Changes {
@@ -350,6 +381,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 "populate needs --file, or --from-postgres with --execution",
             )),
         },
+        Command::Repair {
+            execution: exec,
+            from_postgres,
+            reason,
+            table,
+        } => repair(&client, &from_postgres, &table, &execution(&exec)?, &reason, json).await,
+        Command::Quarantine {
+            execution: exec,
+            number,
+            from_seq,
+            limit,
+        } => {
+            let exec = execution(&exec)?;
+            let answer = match number {
+                None => serde_json::to_value(
+                    client.quarantine(&exec, ReadOptions::default()).await?,
+                ),
+                Some(number) => {
+                    let request = PageRequest {
+                        from_seq: from_seq.max(1),
+                        to_seq: None,
+                        limit: Some(limit.max(1)),
+                    };
+                    serde_json::to_value(
+                        client
+                            .quarantined(&exec, number, request, ReadOptions::default())
+                            .await?,
+                    )
+                }
+            };
+            print_json(&answer.map_err(|e| Failure::unavailable(e.to_string()))?);
+            Ok(())
+        }
         Command::Changes {
             after,
             limit,
@@ -651,6 +715,38 @@ async fn populate_from_postgres(
     } else {
         Ok(())
     }
+}
+
+/// Reads the execution's log from PostgreSQL and asks the cluster to rebuild it from that log.
+async fn repair(
+    client: &Client,
+    dsn: &str,
+    table: &TableNames,
+    exec: &ExecutionId,
+    reason: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
+    let log = PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
+        LogError::Unavailable(m) => Failure::unavailable(m),
+        LogError::Invalid(m) => Failure::usage(m),
+    })?;
+    let events = log.read_log(exec).await.map_err(|e| match e {
+        LogError::Unavailable(m) => Failure::unavailable(m),
+        LogError::Invalid(m) => Failure::refused(m),
+    })?;
+    let answer = client.rebuild(exec, &events, reason).await?;
+    if json {
+        print_json(&serde_json::to_value(&answer).unwrap_or_default());
+    } else {
+        let record = &answer.quarantine;
+        println!(
+            "{exec}: rebuilt from the log ({} events); the {} events stored before are kept in \
+             quarantine record {} ({})",
+            answer.total, record.events, record.number, record.diagnosis
+        );
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

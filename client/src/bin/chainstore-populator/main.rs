@@ -68,6 +68,11 @@ struct Cli {
     /// Executions sampled per comparator run.
     #[arg(long, default_value_t = 50)]
     compare_sample: usize,
+    /// Rebuild an execution found diverged (a second writer, a content divergence) from the
+    /// log, keeping what the store held in a quarantine record. Needs an admin credential.
+    /// Without it the populator only proposes the repair (in `GET /problems`).
+    #[arg(long)]
+    repair: bool,
     /// Connections to PostgreSQL.
     #[arg(long, default_value_t = 4)]
     pg_connections: usize,
@@ -192,6 +197,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         poll_interval: Duration::from_millis(cli.poll_interval_ms),
         compare_every: (cli.compare_every_s > 0).then(|| Duration::from_secs(cli.compare_every_s)),
         compare_sample: cli.compare_sample,
+        repair: cli.repair,
         ..Options::default()
     };
     let poll_interval = options.poll_interval;
