@@ -760,7 +760,12 @@ impl Populator {
 
     /// Rebuilds a diverged execution from the log as it reads now (configured with
     /// [`Options::repair`]): the store keeps what it held in a quarantine record.
-    async fn repair(&self, id: &ExecutionId, label: &str, verdict: &Verdict) -> Result<(), Transient> {
+    async fn repair(
+        &self,
+        id: &ExecutionId,
+        label: &str,
+        verdict: &Verdict,
+    ) -> Result<(), Transient> {
         let m = &self.shared.metrics;
         let exec = id.as_str();
         let events = match self.log.read_log(id).await {
@@ -775,7 +780,10 @@ impl Populator {
                 return Err(Transient(e.to_string()));
             }
         };
-        let reason = format!("{label} found by the populator: {}", verdict_detail(verdict));
+        let reason = format!(
+            "{label} found by the populator: {}",
+            verdict_detail(verdict)
+        );
         let reason: String = reason.chars().take(1_000).collect();
         match self.client.rebuild(id, &events, &reason).await {
             Ok(answer) => {

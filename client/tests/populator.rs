@@ -628,8 +628,19 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
     );
     let repair = || {
         Command::new(env!("CARGO_BIN_EXE_chainctl"))
-            .args(["--nodes", &cluster.urls().join(","), "--json", "repair", &second])
-            .args(["--from-postgres", &pg.dsn(), "--reason", "a second writer, found by the test"])
+            .args([
+                "--nodes",
+                &cluster.urls().join(","),
+                "--json",
+                "repair",
+                &second,
+            ])
+            .args([
+                "--from-postgres",
+                &pg.dsn(),
+                "--reason",
+                "a second writer, found by the test",
+            ])
             .output()
             .unwrap()
     };
@@ -645,31 +656,51 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
     let want = table_chain(&db, &second).await;
     assert_eq!(answer.total, want.len() as u64);
     assert_eq!(answer.quarantine.events, EVENTS as u64 + 1, "{answer:?}");
-    assert!(answer.quarantine.diagnosis.contains("intruder"), "{answer:?}");
+    assert!(
+        answer.quarantine.diagnosis.contains("intruder"),
+        "{answer:?}"
+    );
     let id = ExecutionId::new(&second).unwrap();
     let read = client.chain(&id, ReadOptions::default()).await.unwrap();
     let Guarded::Authoritative(events) = read.answer else {
-        panic!("{second} not authoritative after its repair: {:?}", read.answer);
+        panic!(
+            "{second} not authoritative after its repair: {:?}",
+            read.answer
+        );
     };
     let got: Vec<(String, serde_json::Value)> = events
         .iter()
         .map(|e| (e.event_id.to_string(), e.payload.clone()))
         .collect();
     assert_eq!(got, want, "{second} after its repair");
-    let list = client.quarantine(&id, ReadOptions::default()).await.unwrap();
+    let list = client
+        .quarantine(&id, ReadOptions::default())
+        .await
+        .unwrap();
     assert_eq!(list.records, vec![answer.quarantine.clone()]);
     let kept = client
         .quarantined(&id, 1, PageRequest::first(), ReadOptions::default())
         .await
         .unwrap();
     assert_eq!(
-        kept.events.last().map(|e| e.event_id.to_string()).as_deref(),
+        kept.events
+            .last()
+            .map(|e| e.event_id.to_string())
+            .as_deref(),
         Some("intruder")
     );
     // Nothing left to repair: refused, and nothing moves.
     let again = repair();
-    assert_eq!(again.status.code(), Some(1), "{}", String::from_utf8_lossy(&again.stdout));
-    let list = client.quarantine(&id, ReadOptions::default()).await.unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    let list = client
+        .quarantine(&id, ReadOptions::default())
+        .await
+        .unwrap();
     assert_eq!(list.records.len(), 1);
 }
 

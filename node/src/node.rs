@@ -577,9 +577,14 @@ impl Node {
                         Ok(duplicates)
                     }
                     (_, CommandResult::Rejected(rejection)) => Err(WriteError::Rejected(rejection)),
-                    (_, CommandResult::Nothing | CommandResult::Each(_) | CommandResult::Rebuilt(..)) => Err(
-                        WriteError::Unavailable("the entry applied without a result".into()),
-                    ),
+                    (
+                        _,
+                        CommandResult::Nothing
+                        | CommandResult::Each(_)
+                        | CommandResult::Rebuilt(..),
+                    ) => Err(WriteError::Unavailable(
+                        "the entry applied without a result".into(),
+                    )),
                 }
             }
             Err(AppendError::Storage(err)) => Err(WriteError::Storage(err)),
@@ -659,7 +664,10 @@ impl Node {
                 (_, CommandResult::Rejected(rejection)) => {
                     return Err(WriteError::Rejected(rejection))
                 }
-                (_, CommandResult::Nothing | CommandResult::Each(_) | CommandResult::Rebuilt(..)) => {
+                (
+                    _,
+                    CommandResult::Nothing | CommandResult::Each(_) | CommandResult::Rebuilt(..),
+                ) => {
                     return Err(WriteError::Unavailable(
                         "the entry applied without a result".into(),
                     ))

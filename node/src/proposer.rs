@@ -104,11 +104,7 @@ impl Proposer {
         self.send(Write::Rebuild(rebuild), usize::MAX).await
     }
 
-    async fn send(
-        &self,
-        write: Write,
-        bytes: usize,
-    ) -> Result<(u64, CommandResult), ProposeError> {
+    async fn send(&self, write: Write, bytes: usize) -> Result<(u64, CommandResult), ProposeError> {
         let (answer, result) = oneshot::channel();
         self.queue
             .send(Proposal {

@@ -757,7 +757,10 @@ async fn a_rebuild_replaces_a_diverged_execution_on_every_node_and_keeps_what_it
         "{answer}"
     );
     assert_eq!(record["reason"], "a second writer");
-    assert!(record["diagnosis"].as_str().unwrap().contains("intruder"), "{record}");
+    assert!(
+        record["diagnosis"].as_str().unwrap().contains("intruder"),
+        "{record}"
+    );
     let index = record["commit_index"].as_u64().expect("commit index");
     let ids = |events: &Value| -> Vec<String> {
         events
@@ -768,7 +771,8 @@ async fn a_rebuild_replaces_a_diverged_execution_on_every_node_and_keeps_what_it
             .collect()
     };
     for node in 1..=3 {
-        c.wait_applied(node, index, std::time::Duration::from_secs(10)).await;
+        c.wait_applied(node, index, std::time::Duration::from_secs(10))
+            .await;
         let (_, chain) = c
             .get(node, "/v1/executions/r/chain?consistency=local")
             .await;
@@ -779,18 +783,28 @@ async fn a_rebuild_replaces_a_diverged_execution_on_every_node_and_keeps_what_it
             .await;
         assert_eq!(list["records"], json!([record]), "node {node}");
         let (_, page) = c
-            .get(node, "/v1/executions/r/quarantine/1?consistency=local&limit=2")
+            .get(
+                node,
+                "/v1/executions/r/quarantine/1?consistency=local&limit=2",
+            )
             .await;
         assert_eq!(ids(&page["events"]), ["a", "b"], "node {node}: {page}");
         assert_eq!(page["next_from_seq"], 3, "node {node}: {page}");
         let (_, page) = c
-            .get(node, "/v1/executions/r/quarantine/1?consistency=local&from_seq=3")
+            .get(
+                node,
+                "/v1/executions/r/quarantine/1?consistency=local&from_seq=3",
+            )
             .await;
         assert_eq!(ids(&page["events"]), ["intruder"], "node {node}: {page}");
     }
     // Nothing is left to rebuild: refused, and no second record.
     let (status, answer) = c.post(l, "/v1/executions/r/rebuild", &body).await;
-    assert_eq!((status, answer["error"].as_str()), (409, Some("refused")), "{answer}");
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("refused")),
+        "{answer}"
+    );
     let (_, list) = c.get(l, "/v1/executions/r/quarantine").await;
     assert_eq!(list["records"].as_array().map(Vec::len), Some(1));
 }

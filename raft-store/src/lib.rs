@@ -22,9 +22,9 @@ pub mod raft;
 
 pub use chain::{
     AppendPlan, Applied, ApplyError, BatchPlan, ChainStore, ChangePage, CoverageChange, Effect,
-    HeadCheck, OpenError, PageBounds, PartPlan, PopulatePlan, QuarantineNote, Rebuild, RebuildPlan,
-    SessionChange, SessionRecord, StoreConfig, CHANGES_PAGE_MAX, FORMAT_VERSION,
-    QUARANTINE_BYTES_MAX, REASON_BYTES_MAX,
+    HeadCheck, OpenError, PageBounds, PartPlan, PopulatePlan, QuarantineNote, QuarantinedPage,
+    Rebuild, RebuildPlan, SessionChange, SessionRecord, StoreConfig, CHANGES_PAGE_MAX,
+    FORMAT_VERSION, QUARANTINE_BYTES_MAX, REASON_BYTES_MAX,
 };
 pub use chainstore_model::{
     api, order_by_links, order_segment, validate_id, AppendError, AppendRequest, Appended,

@@ -10,7 +10,10 @@ use raft_store::{
 };
 
 fn authoritative_ids<E: Engine>(store: &ChainStore<E>, e: &str) -> Vec<String> {
-    match store.chain_if_authoritative(&exec(e)).expect("guarded read") {
+    match store
+        .chain_if_authoritative(&exec(e))
+        .expect("guarded read")
+    {
         Guarded::Authoritative(events) => ids(&events),
         other => panic!("expected an authoritative answer, got {other:?}"),
     }
@@ -20,7 +23,12 @@ fn authoritative_ids<E: Engine>(store: &ChainStore<E>, e: &str) -> Vec<String> {
 fn everything<E: Engine>(store: &ChainStore<E>) -> Vec<(Vec<u8>, Vec<u8>)> {
     store
         .engine()
-        .scan(b"", &[0xff; 8], raft_store::engine::ScanOrder::Forward, usize::MAX)
+        .scan(
+            b"",
+            &[0xff; 8],
+            raft_store::engine::ScanOrder::Forward,
+            usize::MAX,
+        )
         .expect("scan")
 }
 
@@ -36,7 +44,10 @@ fn diverged<E: Engine>(store: &ChainStore<E>) {
     let outcome = store
         .populate_from_log(&exec("x"), &linked_log(&["a", "b", "c", "d"]), 5)
         .expect("populate");
-    assert!(matches!(outcome, FromLog::Diverged { at_position: 3, .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, FromLog::Diverged { at_position: 3, .. }),
+        "{outcome:?}"
+    );
     assert!(matches!(
         store.chain_if_authoritative(&exec("x")).unwrap(),
         Guarded::CannotAnswer(_)
@@ -62,7 +73,10 @@ fn rebuild_moves_the_partition_aside_and_serves_the_log<E: Engine>(store: ChainS
         record.diagnosis
     );
     assert_eq!(
-        record.head.as_ref().map(|h| (h.exec_seq, h.event_id.to_string())),
+        record
+            .head
+            .as_ref()
+            .map(|h| (h.exec_seq, h.event_id.to_string())),
         Some((4, "intruder".to_string()))
     );
     // The divergence revoked the coverage; the record keeps the watermark it had.
@@ -76,22 +90,28 @@ fn rebuild_moves_the_partition_aside_and_serves_the_log<E: Engine>(store: ChainS
     }
     // The evidence: the record and the events as they were stored, commit indexes included.
     let (records, truncated) = store.quarantine_records(&exec("x"), 10).unwrap();
-    assert_eq!((records.as_slice(), truncated), (std::slice::from_ref(&record), false));
-    let (kept, events, next) = store
+    assert_eq!(
+        (records.as_slice(), truncated),
+        (std::slice::from_ref(&record), false)
+    );
+    let kept = store
         .quarantined_page(&exec("x"), 1, 1, 100, usize::MAX)
         .unwrap()
         .expect("record 1");
-    assert_eq!(kept, record);
-    assert_eq!(ids(&events), ["a", "b", "c", "intruder"]);
-    assert_eq!(next, None);
-    assert_eq!(events[3].commit_index, 4);
-    assert_eq!(events[3].exec_seq, 4);
+    assert_eq!(kept.record, record);
+    assert_eq!(ids(&kept.events), ["a", "b", "c", "intruder"]);
+    assert_eq!(kept.next_from_seq, None);
+    assert_eq!(kept.events[3].commit_index, 4);
+    assert_eq!(kept.events[3].exec_seq, 4);
     // Pages: from seq 2, two at a time.
-    let (_, page, next) = store
+    let page = store
         .quarantined_page(&exec("x"), 1, 2, 2, usize::MAX)
         .unwrap()
         .unwrap();
-    assert_eq!((ids(&page), next), (vec!["b".into(), "c".into()], Some(4)));
+    assert_eq!(
+        (ids(&page.events), page.next_from_seq),
+        (vec!["b".into(), "c".into()], Some(4))
+    );
     assert!(store
         .quarantined_page(&exec("x"), 2, 1, 10, usize::MAX)
         .unwrap()
@@ -114,13 +134,13 @@ fn rebuild_moves_the_partition_aside_and_serves_the_log<E: Engine>(store: ChainS
     let (second, _) = store.rebuild(&exec("x"), &log, "again", 2, 62).unwrap();
     assert_eq!((second.number, second.events), (2, 6));
     let (records, _) = store.quarantine_records(&exec("x"), 10).unwrap();
-    assert_eq!(
-        records.iter().map(|r| r.number).collect::<Vec<_>>(),
-        [1, 2]
-    );
+    assert_eq!(records.iter().map(|r| r.number).collect::<Vec<_>>(), [1, 2]);
     let (records, truncated) = store.quarantine_records(&exec("x"), 1).unwrap();
     assert_eq!((records[0].number, truncated), (2, true));
-    assert_eq!(authoritative_ids(&store, "x"), ["a", "b", "c", "d", "e", "f"]);
+    assert_eq!(
+        authoritative_ids(&store, "x"),
+        ["a", "b", "c", "d", "e", "f"]
+    );
 }
 
 #[test]
@@ -140,11 +160,21 @@ fn refusals_change_nothing<E: Engine>(store: ChainStore<E>) {
     let mut two_roots = linked_log(&["a", "b"]);
     two_roots.push(log_event("other-root", None));
     let cases: Vec<(&str, &str, Vec<LogEvent>, String)> = vec![
-        ("prefix", "the stored chain is the log's beginning", linked_log(&["p1", "p2", "p3"]), "r".into()),
+        (
+            "prefix",
+            "the stored chain is the log's beginning",
+            linked_log(&["p1", "p2", "p3"]),
+            "r".into(),
+        ),
         ("unknown", "nothing stored", linked_log(&["u1"]), "r".into()),
         ("x", "two roots", two_roots, "r".into()),
         ("x", "no reason", log.clone(), "  ".into()),
-        ("x", "a reason over the limit", log.clone(), "r".repeat(5_000)),
+        (
+            "x",
+            "a reason over the limit",
+            log.clone(),
+            "r".repeat(5_000),
+        ),
     ];
     for (e, what, log, reason) in cases {
         let err = store.rebuild(&exec(e), &log, &reason, 1, 70).unwrap_err();
@@ -156,12 +186,19 @@ fn refusals_change_nothing<E: Engine>(store: ChainStore<E>) {
                     log_len: 3
                 }
             ),
-            "nothing stored" => assert!(matches!(err, RebuildError::NotDiverged { stored_len: 0, .. })),
+            "nothing stored" => assert!(matches!(
+                err,
+                RebuildError::NotDiverged { stored_len: 0, .. }
+            )),
             "two roots" => assert_eq!(err, RebuildError::LogRefused(Refusal::MultipleRoots)),
             "no reason" => assert!(matches!(err, RebuildError::InvalidInput(_))),
             _ => assert!(matches!(err, RebuildError::TooLarge(_))),
         }
-        assert_eq!(everything(&store), before, "{what}: the refusal changed the store");
+        assert_eq!(
+            everything(&store),
+            before,
+            "{what}: the refusal changed the store"
+        );
     }
 }
 
@@ -231,7 +268,10 @@ fn an_execution_the_log_never_held_is_rebuilt_empty_and_its_events_kept() {
         .rebuild(&exec("ghost"), &[], "not in the log", 1, 3)
         .unwrap();
     assert_eq!((record.events, total), (2, 0));
-    assert!(record.coverage.is_some(), "the genesis coverage is kept in the record");
+    assert!(
+        record.coverage.is_some(),
+        "the genesis coverage is kept in the record"
+    );
     assert_eq!(
         store.chain_if_authoritative(&exec("ghost")).unwrap(),
         Guarded::Authoritative(Vec::new())

@@ -7,8 +7,7 @@ use axum::response::{IntoResponse, Response};
 use raft_store::api::ErrorBody;
 use raft_store::raft::Rejection;
 use raft_store::{
-    AppendError, EventId, Fork, Oversize, PopulateError, RebuildError, ReplicateError,
-    StorageError,
+    AppendError, EventId, Fork, Oversize, PopulateError, RebuildError, ReplicateError, StorageError,
 };
 
 use crate::node::{MembershipError, ReadError, WriteError};

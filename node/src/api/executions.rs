@@ -499,11 +499,11 @@ pub async fn quarantine_page(
             events_max,
             bounds.bytes_max,
         )? {
-            Some((record, events, next_from_seq)) => Ok(QuarantinePage {
+            Some(page) => Ok(QuarantinePage {
                 execution_id: exec.clone(),
-                record,
-                events,
-                next_from_seq,
+                record: page.record,
+                events: page.events,
+                next_from_seq: page.next_from_seq,
                 applied_index,
             }),
             None => Err(ApiError::NotFound(format!(

@@ -261,11 +261,19 @@ mod tests {
         assert_eq!(parse_quarantine_record(&a, &keys[2]), Some(256));
         assert!(quarantine_record(&exec("ab"), 1) >= end);
         let (start, end) = quarantined_events(&a, 2, 1);
-        for (n, seq, inside) in [(2, 1, true), (2, u64::MAX, true), (1, 9, false), (3, 1, false)] {
+        for (n, seq, inside) in [
+            (2, 1, true),
+            (2, u64::MAX, true),
+            (1, 9, false),
+            (3, 1, false),
+        ] {
             let key = quarantined_event(&a, n, seq);
             assert_eq!(key >= start && key < end, inside, "record {n} seq {seq}");
         }
-        assert_eq!(parse_quarantined_event(&quarantined_event(&a, 2, 77)), Some(77));
+        assert_eq!(
+            parse_quarantined_event(&quarantined_event(&a, 2, 77)),
+            Some(77)
+        );
         let (start, end) = id_index_range(&a);
         assert!(id_index(&a, &EventId::new("e").unwrap()) >= start);
         assert!(id_index(&a, &EventId::new("e").unwrap()) < end);

@@ -19,7 +19,7 @@ pub use effect::{
     Applied, ApplyError, CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord,
 };
 pub use quarantine::{
-    QuarantineNote, Rebuild, RebuildPlan, QUARANTINE_BYTES_MAX, REASON_BYTES_MAX,
+    QuarantineNote, QuarantinedPage, Rebuild, RebuildPlan, QUARANTINE_BYTES_MAX, REASON_BYTES_MAX,
 };
 pub use read::{ChangePage, PageBounds, CHANGES_PAGE_MAX};
 pub(crate) use store::check_copied_format;

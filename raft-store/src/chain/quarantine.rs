@@ -66,6 +66,17 @@ pub struct RebuildPlan {
     pub total: u64,
 }
 
+/// One quarantine record and a page of the events it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuarantinedPage {
+    /// The record.
+    pub record: QuarantineRecord,
+    /// Its events from the page's first sequence, in sequence order.
+    pub events: Vec<ChainEvent>,
+    /// Where the next page starts; `None` when this page ends the record.
+    pub next_from_seq: Option<u64>,
+}
+
 fn from_populate(err: PopulateError) -> RebuildError {
     match err {
         PopulateError::TooLarge(oversize) => RebuildError::TooLarge(oversize),
@@ -371,9 +382,9 @@ impl<E: Engine> ChainStore<E> {
         max: usize,
     ) -> Result<(Vec<QuarantineRecord>, bool), StorageError> {
         let (start, end) = keys::quarantine_records(exec);
-        let mut pairs = self
-            .engine
-            .scan(&start, &end, ScanOrder::Reverse, max.saturating_add(1))?;
+        let mut pairs =
+            self.engine
+                .scan(&start, &end, ScanOrder::Reverse, max.saturating_add(1))?;
         let truncated = pairs.len() > max;
         pairs.truncate(max);
         pairs.reverse();
@@ -386,7 +397,7 @@ impl<E: Engine> ChainStore<E> {
 
     /// One quarantine record and a page of its events from `from_seq` (at most `events_max`
     /// events and about `bytes_max` bytes, one event at least); `None` when there is no such
-    /// record. Returns the events and where the next page starts.
+    /// record.
     pub fn quarantined_page(
         &self,
         exec: &ExecutionId,
@@ -394,7 +405,7 @@ impl<E: Engine> ChainStore<E> {
         from_seq: u64,
         events_max: usize,
         bytes_max: usize,
-    ) -> Result<Option<(QuarantineRecord, Vec<ChainEvent>, Option<u64>)>, StorageError> {
+    ) -> Result<Option<QuarantinedPage>, StorageError> {
         let view = self.engine.view();
         let Some(value) = view.get(&keys::quarantine_record(exec, number))? else {
             return Ok(None);
@@ -419,7 +430,11 @@ impl<E: Engine> ChainStore<E> {
             }
             Ok(true)
         })?;
-        Ok(Some((record, events, next)))
+        Ok(Some(QuarantinedPage {
+            record,
+            events,
+            next_from_seq: next,
+        }))
     }
 
     fn write_batch(&self, batch: WriteBatch) -> Result<(), StorageError> {

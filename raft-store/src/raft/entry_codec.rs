@@ -18,10 +18,10 @@
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 use super::types::{Command, TypeConfig};
-use crate::chain::{QuarantineNote, Rebuild};
-use chainstore_model::{EventId, Head};
 use crate::chain::codec::{decode_effect, encode_effect, push_bytes, Reader};
+use crate::chain::{QuarantineNote, Rebuild};
 use crate::engine::StorageError;
+use chainstore_model::{EventId, Head};
 
 /// The format this build writes.
 pub const LOG_FORMAT: u8 = 2;

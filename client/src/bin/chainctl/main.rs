@@ -386,7 +386,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             from_postgres,
             reason,
             table,
-        } => repair(&client, &from_postgres, &table, &execution(&exec)?, &reason, json).await,
+        } => {
+            repair(
+                &client,
+                &from_postgres,
+                &table,
+                &execution(&exec)?,
+                &reason,
+                json,
+            )
+            .await
+        }
         Command::Quarantine {
             execution: exec,
             number,
@@ -395,9 +405,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let exec = execution(&exec)?;
             let answer = match number {
-                None => serde_json::to_value(
-                    client.quarantine(&exec, ReadOptions::default()).await?,
-                ),
+                None => {
+                    serde_json::to_value(client.quarantine(&exec, ReadOptions::default()).await?)
+                }
                 Some(number) => {
                     let request = PageRequest {
                         from_seq: from_seq.max(1),
