@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -28,7 +29,7 @@ pub mod headers {
 }
 
 /// How fresh a read must be (`consistency=` on every read).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Consistency {
     /// Reflects every write acknowledged before the read (the default).
@@ -50,7 +51,7 @@ impl Consistency {
 
 /// The query of every read: how fresh, and the applied index the answering node must have
 /// reached first.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadQuery {
     /// How fresh (default linearizable).
@@ -64,7 +65,7 @@ pub struct ReadQuery {
 /// The query of `chain` and `chain/raw`: a read's parameters and, for a paged read, where the
 /// page starts (`from_seq`, from 1), how many events it may hold (`limit`) and the last
 /// sequence wanted (`to_seq`: a reader pins it to its first page's `through_seq`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChainQuery {
     /// How fresh (default linearizable).
@@ -100,7 +101,7 @@ impl ChainQuery {
 }
 
 /// The query of `GET /v1/changes`: the page after `after`, at most `limit` changes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangesQuery {
     /// The commit index the page starts after (default 0).
@@ -128,7 +129,7 @@ impl ChangesQuery {
 }
 
 /// `POST /v1/executions/{id}/events` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AppendAnswer {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -145,7 +146,7 @@ pub struct AppendAnswer {
 /// `POST /v1/executions/{id}/events` also takes several events at once: linked in order (each
 /// names the one before it as `prev_event_id`), the first continuing the head, only the first
 /// `genesis`; stored all together as one Raft entry, or not at all.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendBatchBody {
     /// The events, in chain order.
@@ -153,7 +154,7 @@ pub struct AppendBatchBody {
 }
 
 /// One event of an append of several: where it is, and whether it was already stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AppendedEvent {
     /// The event.
     pub event_id: EventId,
@@ -167,7 +168,7 @@ pub struct AppendedEvent {
 
 /// `POST /v1/executions/{id}/events` answers an append of several events: one entry per event,
 /// in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AppendBatchAnswer {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -176,7 +177,7 @@ pub struct AppendBatchAnswer {
 }
 
 /// `POST /v1/executions/{id}/populate` takes: a whole log, or one part of a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PopulateBody {
     /// The log's events (a session part: the events at its positions, in link order).
@@ -187,7 +188,7 @@ pub struct PopulateBody {
 }
 
 /// `POST /v1/executions/{id}/populate` answers, tagged by `outcome`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum PopulateAnswer {
     /// In sync with the log, nothing appended.
@@ -318,7 +319,7 @@ impl From<PopulateAnswer> for PartOutcome {
 }
 
 /// `POST /v1/executions/{id}/replicated` takes: events in any order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplicatedBody {
     /// The delivered events.
@@ -327,7 +328,7 @@ pub struct ReplicatedBody {
 
 /// `POST /v1/executions/{id}/rebuild` takes: the whole log and why the stored partition is to be
 /// moved aside.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RebuildBody {
     /// Why (kept in the quarantine record; at most 4 KiB).
@@ -338,7 +339,7 @@ pub struct RebuildBody {
 
 /// `POST /v1/executions/{id}/rebuild` answers: the record the old partition went into and the
 /// chain now stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RebuildAnswer {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -349,7 +350,7 @@ pub struct RebuildAnswer {
 }
 
 /// `GET /v1/executions/{id}/quarantine` answers: the execution's quarantine records, newest last.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QuarantineList {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -365,7 +366,7 @@ pub struct QuarantineList {
 pub const QUARANTINE_LIST_MAX: usize = 1_000;
 
 /// `GET /v1/executions/{id}/quarantine/{number}` answers: one record and a page of its events.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QuarantinePage {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -380,7 +381,7 @@ pub struct QuarantinePage {
 }
 
 /// `GET /v1/executions/{id}/chain` answers, tagged by `answer`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum ChainAnswer {
     /// The whole chain is authoritative; here it is, or one page of it.
@@ -408,7 +409,7 @@ pub enum ChainAnswer {
 }
 
 /// `GET /v1/executions/{id}/chain/raw` answers: stored events, unguarded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RawChainAnswer {
     /// Stored events in sequence order.
     pub events: Vec<ChainEvent>,
@@ -419,7 +420,7 @@ pub struct RawChainAnswer {
 }
 
 /// `GET /v1/executions/{id}/state` answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StateAnswer {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -438,7 +439,7 @@ pub struct StateAnswer {
 }
 
 /// `GET /v1/changes` answers: a page of the change feed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChangesAnswer {
     /// Changes in commit order.
     pub changes: Vec<Change>,
@@ -447,7 +448,7 @@ pub struct ChangesAnswer {
 }
 
 /// A Raft role, as `GET /v1/cluster` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RaftRole {
     /// Leads the cluster.
@@ -482,7 +483,7 @@ impl std::fmt::Display for RaftRole {
 }
 
 /// `GET /v1/cluster` answers: one node's view of the cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterStatus {
     /// The answering node.
     pub node_id: u64,
@@ -509,7 +510,7 @@ pub struct ClusterStatus {
 }
 
 /// `POST /v1/cluster/init` takes: the first members.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InitBody {
     /// Node id → address.
@@ -517,14 +518,14 @@ pub struct InitBody {
 }
 
 /// `POST /v1/cluster/init` answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct InitAnswer {
     /// Always true: a failure is an error answer.
     pub initialized: bool,
 }
 
 /// `POST /v1/cluster/learners` takes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LearnerBody {
     /// The new member's id.
@@ -534,7 +535,7 @@ pub struct LearnerBody {
 }
 
 /// `POST /v1/cluster/voters` takes: the complete new voter set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VotersBody {
     /// The voters.
@@ -542,21 +543,21 @@ pub struct VotersBody {
 }
 
 /// The answer of a membership change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MembershipAnswer {
     /// Always true: a failure is an error answer.
     pub ok: bool,
 }
 
 /// `GET /healthz` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthAnswer {
     /// Always `ok`.
     pub status: String,
 }
 
 /// `GET /readyz` answers (200 ready, 503 not).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReadyAnswer {
     /// The leader the node knows.
     pub leader_id: Option<u64>,
@@ -572,7 +573,7 @@ pub struct ReadyAnswer {
 
 /// An error answer: `{"error": code, "message": ..., ...fields}`, the fields fixed by the code.
 /// The set of codes is closed; a client meeting another code is talking to another API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "error", rename_all = "snake_case")]
 pub enum ErrorBody {
     /// 400: the request breaks a rule of the data model or of the API.

@@ -51,6 +51,10 @@ pub fn validate_id(bytes: &[u8]) -> Result<(), InvalidId> {
     }
 }
 
+/// The id alphabet as a regular expression (for the API's JSON Schemas): what `validate_id`
+/// accepts.
+pub const ID_PATTERN: &str = "^[A-Za-z0-9._:-]+$";
+
 fn is_id_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
 }
@@ -109,6 +113,21 @@ macro_rules! id_type {
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": ID_BYTES_MAX,
+                    "pattern": ID_PATTERN,
+                })
             }
         }
 

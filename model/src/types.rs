@@ -1,6 +1,7 @@
 //! The data model of SPEC §2–§4: events, per-execution records, and the outcomes of every
 //! operation. Field names are the wire names: these types serialize to the JSON of the HTTP API.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -8,7 +9,7 @@ use crate::error::StorageError;
 use crate::ids::{EventId, ExecutionId, SessionId};
 
 /// One stored event of an execution's chain.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChainEvent {
     /// The execution (partition) the event belongs to.
     pub execution_id: ExecutionId,
@@ -43,7 +44,7 @@ impl ChainEvent {
 
 /// An event as an external authoritative log hands it to `populate_from_log`. Its position is
 /// decided by following `prev_event_id` links, never by sorting ids.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogEvent {
     /// The event's id.
@@ -59,7 +60,7 @@ pub struct LogEvent {
 }
 
 /// A request to append one event at the head of an execution.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendRequest {
     /// The new event's id.
@@ -78,7 +79,7 @@ pub struct AppendRequest {
 }
 
 /// The newest event of an execution: one read answers both the head check and the next seq.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Head {
     /// Sequence of the newest event.
     pub exec_seq: u64,
@@ -88,7 +89,7 @@ pub struct Head {
 
 /// The span of sequences the store has been told about for an execution. Its presence is what
 /// separates "populated, possibly empty" from "never heard of".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Watermark {
     /// Lowest sequence the store was told about (0 for a populated empty execution).
     pub first_seq: u64,
@@ -124,7 +125,7 @@ impl Watermark {
 }
 
 /// Where a coverage record came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
     /// Built by `populate_from_log` from the log's first event.
@@ -135,7 +136,7 @@ pub enum Origin {
 
 /// Proof that the partition was built from the execution's FIRST event, and how long the
 /// authoritative chain is known to be.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Coverage {
     /// The execution's first event; `None` for an execution the log says is empty.
     pub root_event_id: Option<EventId>,
@@ -161,7 +162,7 @@ impl Coverage {
 }
 
 /// Whether the store has been told about an execution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Authority {
     /// No watermark: the store cannot say anything about the execution.
@@ -176,7 +177,7 @@ pub enum Authority {
 }
 
 /// Why a guarded read cannot answer. Never means "no events".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// No watermark: the store was never told about the execution.
@@ -291,7 +292,7 @@ pub struct ExecutionState {
 }
 
 /// A successful append.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Appended {
     /// The event's position in the chain.
     pub exec_seq: u64,
@@ -302,7 +303,7 @@ pub struct Appended {
 }
 
 /// How a replicated delivery or an effect would fork a chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fork {
     /// A different event already occupies the sequence.
@@ -346,7 +347,7 @@ impl std::fmt::Display for Fork {
 }
 
 /// A size limit of the store or the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// One event's payload, in bytes of JSON.
@@ -388,7 +389,7 @@ impl Limit {
 
 /// A request over a size limit: which limit, the size found (when it is known: a body cut off
 /// at the limit has no size) and the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Oversize {
     /// The limit passed.
     pub what: Limit,
@@ -517,7 +518,7 @@ fn session_conflict_message(next_position: Option<u64>) -> String {
 /// parts taken (re-sending a part is harmless). Coverage is raised with part one and the
 /// watermark is written with the last, so the execution is unservable while a session is open and
 /// stays so if it is abandoned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PopulateSession {
     /// The session's id, chosen by the caller.
@@ -547,7 +548,7 @@ pub enum PartOutcome {
 }
 
 /// A successful `apply_replicated`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Replicated {
     /// Events newly stored.
     pub applied: u64,
@@ -556,7 +557,7 @@ pub struct Replicated {
 }
 
 /// Why a log does not describe one chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
     /// More than one event has no predecessor.
@@ -594,7 +595,7 @@ impl Refusal {
 }
 
 /// The outcome of `populate_from_log`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum FromLog {
     /// The stored chain is a prefix of the log and now equals it.
@@ -649,7 +650,7 @@ impl FromLog {
 
 /// A stored partition a rebuild moved aside (`k<exec>/<number>`), with the events it held kept
 /// beside it: the evidence of what the store served before the log replaced it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct QuarantineRecord {
     /// Numbers the execution's records from 1, in the order of their rebuilds.
     pub number: u64,
@@ -703,7 +704,7 @@ pub enum RebuildError {
 }
 
 /// One entry of the commit-ordered change feed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Change {
     /// The index of the write that stored the event.
     pub commit_index: u64,

@@ -37,7 +37,8 @@ mod server;
 mod tls;
 mod watched;
 
-pub use api::app;
+pub use api::auth::Access;
+pub use api::{app, route_table};
 pub use bootstrap::{bootstrap, parse_voters, Bootstrapped};
 pub use chainstore_transport::{
     ReqwestTransport, Role, Transport, TransportError, TransportOptions,

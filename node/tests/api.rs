@@ -808,3 +808,131 @@ async fn a_rebuild_replaces_a_diverged_execution_on_every_node_and_keeps_what_it
     let (_, list) = c.get(l, "/v1/executions/r/quarantine").await;
     assert_eq!(list["records"].as_array().map(Vec::len), Some(1));
 }
+
+/// `GET /v1/openapi.json` documents every route the router serves (the route table both are built
+/// from), with its role, and every route it documents answers on a live node; every schema it
+/// refers to is in it.
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_with_its_role_and_every_route_in_it_exists() {
+    let c = Cluster::start(1).await;
+    let l = c.leader().await;
+    let (status, doc) = c.get(l, "/v1/openapi.json").await;
+    assert_eq!(status, 200, "{doc}");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.0"), "{doc}");
+    let table = chainstore_node::route_table();
+    let operations: usize = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|item| item.as_object().unwrap().len())
+        .sum();
+    assert_eq!(
+        operations,
+        table.len(),
+        "an operation documented twice or one too many"
+    );
+    for (method, path, access) in &table {
+        let op = &doc["paths"][*path][method.to_ascii_lowercase()];
+        let role = match access {
+            chainstore_node::Access::Public => "public",
+            chainstore_node::Access::Client(chainstore_node::Role::Read) => "read",
+            chainstore_node::Access::Client(chainstore_node::Role::Write) => "write",
+            chainstore_node::Access::Client(chainstore_node::Role::Admin) => "admin",
+            chainstore_node::Access::Peer => "peer",
+        };
+        assert_eq!(op["x-chainstore-role"], role, "{method} {path}: {op}");
+        assert!(op["responses"]["200"].is_object(), "{method} {path}");
+        // Every route in the document is served: a call never meets the router's own 404 or
+        // 405 (bodies are empty objects: each write refuses them without changing anything).
+        let concrete = path
+            .replace("{id}", "openapi-probe")
+            .replace("{event_id}", "e")
+            .replace("{number}", "1");
+        let request = match *method {
+            "POST" => c.http.post(c.url(l, &concrete)).json(&json!({})),
+            _ => c.http.get(c.url(l, &concrete)),
+        };
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        assert!(
+            status != 405 && !(status == 404 && body.contains("no such route")),
+            "{method} {path} is documented but not served: {status} {body}"
+        );
+    }
+    // The probe tells a missing route apart.
+    let response = c
+        .http
+        .get(c.url(l, "/v1/not-a-route"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    assert!(response.text().await.unwrap().contains("no such route"));
+
+    // The types: the chain read's query parameters, the rebuild's body, the answers' tags.
+    let chain = &doc["paths"]["/v1/executions/{id}/chain"]["get"];
+    let params: Vec<&str> = chain["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "id",
+        "consistency",
+        "min_index",
+        "from_seq",
+        "to_seq",
+        "limit",
+    ] {
+        assert!(params.contains(&name), "{name} missing from {params:?}");
+    }
+    // OpenAPI 3.0 has no type lists: an optional parameter is one type, not "or null".
+    for param in chain["parameters"].as_array().unwrap() {
+        assert!(!param["schema"]["type"].is_array(), "{param}");
+        assert!(param["schema"].get("anyOf").is_none(), "{param}");
+    }
+    let rebuild = &doc["paths"]["/v1/executions/{id}/rebuild"]["post"];
+    assert_eq!(
+        rebuild["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/RebuildBody"
+    );
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    let text = doc.to_string();
+    for tag in [
+        "cannot_answer",
+        "authoritative",
+        "stale_log",
+        "not_head",
+        "session_conflict",
+    ] {
+        assert!(
+            text.contains(&format!("\"{tag}\"")),
+            "{tag} is in no schema"
+        );
+    }
+    // Every reference resolves.
+    let mut refs = Vec::new();
+    collect_refs(&doc, &mut refs);
+    assert!(refs.len() > 20, "{refs:?}");
+    for reference in refs {
+        let name = reference
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("a reference outside the components: {reference}"));
+        assert!(schemas.contains_key(name), "{reference} does not resolve");
+    }
+}
+
+fn collect_refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get("$ref") {
+                out.push(r.clone());
+            }
+            map.values().for_each(|v| collect_refs(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
+}

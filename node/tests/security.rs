@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chainstore_node::Role;
 use common::certs::{Ca, Pem};
 use common::{event, http_client, Cluster, Options, ADMIN_TOKEN};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -153,6 +154,7 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
         (Needs::Public, "GET", "/readyz", Value::Null),
         (Needs::Read, "GET", "/metrics", Value::Null),
         (Needs::Read, "GET", "/v1/cluster", Value::Null),
+        (Needs::Read, "GET", "/v1/openapi.json", Value::Null),
         (
             Needs::Read,
             "GET",
@@ -243,6 +245,47 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
             json!({ "from": 0, "term": 0, "last_log_index": 0 }),
         ),
     ];
+    // The table above covers every route the node serves, each with the access it declares.
+    let pattern = |path: &str| -> String {
+        path.split('/')
+            .map(|segment| {
+                if segment.starts_with('{') {
+                    "*"
+                } else {
+                    segment
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let concrete = |path: &str| -> String {
+        path.split('/')
+            .map(|segment| match segment {
+                "matrix" | "m0" | "1" => "*",
+                s if s.starts_with('{') => "*",
+                s => s,
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    for (method, path, access) in chainstore_node::route_table() {
+        let declared = match access {
+            chainstore_node::Access::Public => Needs::Public,
+            chainstore_node::Access::Client(Role::Read) => Needs::Read,
+            chainstore_node::Access::Client(Role::Write) => Needs::Write,
+            chainstore_node::Access::Client(Role::Admin) => Needs::Admin,
+            chainstore_node::Access::Peer => Needs::Peer,
+        };
+        let tested = routes
+            .iter()
+            .find(|(_, m, p, _)| *m == method && concrete(p) == pattern(path));
+        assert_eq!(
+            tested.map(|(needs, ..)| *needs),
+            Some(declared),
+            "{method} {path} is not in the test's table with its access"
+        );
+    }
+
     let mut fresh = 0;
     for target in [follower, leader] {
         for credential in CREDENTIALS {

@@ -8,6 +8,7 @@ pub mod error;
 pub mod executions;
 pub mod extract;
 pub mod forward;
+pub mod openapi;
 pub mod ops;
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use chainstore_transport::Role;
 
@@ -24,11 +25,100 @@ use crate::raft_api;
 use auth::{guard, Access};
 use capacity::{admit, Capacity};
 use error::ApiError;
+use openapi::{Content, Doc};
+
+/// One route: what the router serves and what the OpenAPI document says of it, in one place.
+pub(crate) struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub access: Access,
+    pub doc: Doc,
+    pub handler: MethodRouter<Arc<Node>>,
+}
+
+/// Every route of the API, with who may call it (the README's table of routes and roles is this
+/// one) and what it takes and answers.
+pub(crate) fn routes() -> Vec<Route> {
+    use openapi::schema as s;
+    use raft_store::api::*;
+    use Content::{Json, Other};
+    let read = Access::Client(Role::Read);
+    let write = Access::Client(Role::Write);
+    let admin = Access::Client(Role::Admin);
+    let chain_query = Some(s::<ChainQuery> as fn(&mut _) -> _);
+    let read_query = Some(s::<ReadQuery> as fn(&mut _) -> _);
+    let route = |method, path, access, doc: Doc, handler| Route {
+        method,
+        path,
+        access,
+        doc,
+        handler,
+    };
+    let doc = |summary, query, body, answer| Doc {
+        summary,
+        query,
+        body,
+        answer,
+    };
+    let peer_rpc = || Other("application/octet-stream", "openraft's RPC, members only");
+    vec![
+        route("GET", "/healthz", Access::Public, doc("Liveness.", None, Content::None, Json(s::<HealthAnswer>)), get(ops::healthz)),
+        route("GET", "/readyz", Access::Public, doc("Readiness: 503 until this node can serve.", None, Content::None, Json(s::<ReadyAnswer>)), get(ops::readyz)),
+        route("GET", "/metrics", read, doc("Prometheus metrics of this node.", None, Content::None, Other("text/plain", "Prometheus text exposition")), get(ops::metrics)),
+        route("GET", "/v1/openapi.json", read, doc("This document.", None, Content::None, Other("application/json", "an OpenAPI 3.0 document")), get(openapi::serve)),
+        route("GET", "/v1/cluster", read, doc("The cluster as this node sees it.", None, Content::None, Json(s::<ClusterStatus>)), get(cluster::status)),
+        route("GET", "/v1/executions/{id}/chain", read, doc("The guarded read: the whole chain, or one page of it, only when the store can prove it; otherwise cannot_answer with the reason.", chain_query, Content::None, Json(s::<ChainAnswer>)), get(executions::chain)),
+        route("GET", "/v1/executions/{id}/chain/raw", read, doc("The stored events, unguarded (diagnosis only).", chain_query, Content::None, Json(s::<RawChainAnswer>)), get(executions::chain_raw)),
+        route("GET", "/v1/executions/{id}/state", read, doc("Authority, coverage, head and completeness.", read_query, Content::None, Json(s::<StateAnswer>)), get(executions::state)),
+        route("GET", "/v1/executions/{id}/events/{event_id}", read, doc("One stored event.", read_query, Content::None, Json(s::<raft_store::ChainEvent>)), get(executions::event)),
+        route("GET", "/v1/executions/{id}/quarantine", read, doc("The execution's quarantine records: what rebuilds moved aside.", read_query, Content::None, Json(s::<QuarantineList>)), get(executions::quarantine_list)),
+        route("GET", "/v1/executions/{id}/quarantine/{number}", read, doc("One quarantine record and a page of the events it holds.", chain_query, Content::None, Json(s::<QuarantinePage>)), get(executions::quarantine_page)),
+        route("GET", "/v1/changes", read, doc("The commit-ordered change feed.", Some(s::<ChangesQuery>), Content::None, Json(s::<ChangesAnswer>)), get(executions::changes)),
+        route("POST", "/v1/executions/{id}/events", write, doc("Appends one event, or several linked in order (`events`), at the head.", None, Json(s::<AppendBody>), Json(s::<AppendAnswers>)), post(executions::append)),
+        route("POST", "/v1/executions/{id}/populate", write, doc("Populates the execution from the authoritative log (whole, or one part of a session).", None, Json(s::<PopulateBody>), Json(s::<PopulateAnswer>)), post(executions::populate)),
+        route("POST", "/v1/executions/{id}/replicated", admin, doc("Stores replicated events in any order.", None, Json(s::<ReplicatedBody>), Json(s::<raft_store::Replicated>)), post(executions::replicated)),
+        route("POST", "/v1/executions/{id}/rebuild", admin, doc("Moves a diverged partition into a quarantine record and rebuilds the execution from the log, in one step.", None, Json(s::<RebuildBody>), Json(s::<RebuildAnswer>)), post(executions::rebuild)),
+        route("GET", "/v1/snapshot", admin, doc("A consistent backup, taken on the leader.", None, Content::None, Other("application/octet-stream", "a snapshot file")), get(backup::save)),
+        route("POST", "/v1/cluster/init", admin, doc("Initializes a new cluster.", None, Json(s::<InitBody>), Json(s::<InitAnswer>)), post(cluster::init)),
+        route("POST", "/v1/cluster/learners", admin, doc("Adds a learner.", None, Json(s::<LearnerBody>), Json(s::<MembershipAnswer>)), post(cluster::add_learner)),
+        route("POST", "/v1/cluster/voters", admin, doc("Sets the voter set.", None, Json(s::<VotersBody>), Json(s::<MembershipAnswer>)), post(cluster::change_voters)),
+        route("POST", "/raft/append", Access::Peer, doc("Raft AppendEntries.", None, peer_rpc(), peer_rpc()), post(raft_api::append)),
+        route("POST", "/raft/vote", Access::Peer, doc("Raft RequestVote.", None, peer_rpc(), peer_rpc()), post(raft_api::vote)),
+        route("POST", "/raft/snapshot", Access::Peer, doc("Raft InstallSnapshot.", None, peer_rpc(), peer_rpc()), post(raft_api::snapshot)),
+        route("POST", "/raft/elect", Access::Peer, doc("A leader handing its leadership over asks this member to campaign.", None, peer_rpc(), peer_rpc()), post(raft_api::elect)),
+    ]
+}
+
+/// `POST .../events` takes one event or several (the OpenAPI document's view of it).
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum AppendBody {
+    One(raft_store::AppendRequest),
+    Many(raft_store::api::AppendBatchBody),
+}
+
+/// `POST .../events` answers one event or several, as it was sent.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum AppendAnswers {
+    One(raft_store::api::AppendAnswer),
+    Many(raft_store::api::AppendBatchAnswer),
+}
+
+/// Every route as (method, path, who may call it): what the router serves.
+pub fn route_table() -> Vec<(&'static str, &'static str, Access)> {
+    routes()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.access))
+        .collect()
+}
 
 /// The whole HTTP surface of a node. Tests call it without a socket.
 ///
-/// The routes are grouped by who may call them (the README's table of routes and roles is this
-/// one); each group's guard runs before any handler reads a body.
+/// The routes come from [`routes`], grouped by who may call them; each group's guard runs before
+/// any handler reads a body.
 pub fn app(node: Arc<Node>) -> Router {
     let guarded = |access: Access, routes: Router<Arc<Node>>| {
         routes.route_layer(middleware::from_fn_with_state(
@@ -36,46 +126,28 @@ pub fn app(node: Arc<Node>) -> Router {
             guard,
         ))
     };
-    let read = Router::new()
-        .route("/v1/executions/{id}/chain", get(executions::chain))
-        .route("/v1/executions/{id}/chain/raw", get(executions::chain_raw))
-        .route("/v1/executions/{id}/state", get(executions::state))
-        .route(
-            "/v1/executions/{id}/events/{event_id}",
-            get(executions::event),
-        )
-        .route(
-            "/v1/executions/{id}/quarantine",
-            get(executions::quarantine_list),
-        )
-        .route(
-            "/v1/executions/{id}/quarantine/{number}",
-            get(executions::quarantine_page),
-        )
-        .route("/v1/changes", get(executions::changes))
-        .route("/v1/cluster", get(cluster::status))
-        .route("/metrics", get(ops::metrics));
-    let write = Router::new()
-        .route("/v1/executions/{id}/events", post(executions::append))
-        .route("/v1/executions/{id}/populate", post(executions::populate));
-    let admin = Router::new()
-        .route(
-            "/v1/executions/{id}/replicated",
-            post(executions::replicated),
-        )
-        .route("/v1/executions/{id}/rebuild", post(executions::rebuild))
-        .route("/v1/snapshot", get(backup::save))
-        .route("/v1/cluster/init", post(cluster::init))
-        .route("/v1/cluster/learners", post(cluster::add_learner))
-        .route("/v1/cluster/voters", post(cluster::change_voters));
-    let peer = Router::new()
-        .route("/raft/append", post(raft_api::append))
-        .route("/raft/vote", post(raft_api::vote))
-        .route("/raft/snapshot", post(raft_api::snapshot))
-        .route("/raft/elect", post(raft_api::elect));
-    let public = Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz));
+    let mut groups: Vec<(Access, Router<Arc<Node>>)> = Vec::new();
+    for route in routes() {
+        match groups
+            .iter_mut()
+            .find(|(access, _)| *access == route.access)
+        {
+            Some((_, group)) => *group = std::mem::take(group).route(route.path, route.handler),
+            None => groups.push((route.access, Router::new().route(route.path, route.handler))),
+        }
+    }
+    let mut group = |access: Access| {
+        groups
+            .iter_mut()
+            .find(|(a, _)| *a == access)
+            .map(|(_, group)| std::mem::take(group))
+            .unwrap_or_default()
+    };
+    let read = group(Access::Client(Role::Read));
+    let write = group(Access::Client(Role::Write));
+    let admin = group(Access::Client(Role::Admin));
+    let peer = group(Access::Peer);
+    let public = group(Access::Public);
     // Clients and peers are admitted apart: a client flood never queues a heartbeat.
     let limits = &node.config().limits;
     let metrics = Arc::clone(node.metrics());
