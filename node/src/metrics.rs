@@ -1,10 +1,16 @@
-//! Prometheus metrics. Every labelled series exists from start-up with a zero value, so a
-//! missing series never reads like an older build.
+//! Prometheus metrics, kept and encoded by `prometheus-client` (OpenMetrics text). Every
+//! labelled series exists from start-up with a zero value, so a missing series never reads like
+//! an older build.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicI64;
 
 use openraft::{BasicNode, RaftMetrics, ServerState};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use raft_store::raft::{NodeId, Rejection};
 use raft_store::{
     AppendError, Appended, FromLog, GuardedPage, PartOutcome, PopulateError, RebuildError,
@@ -12,34 +18,42 @@ use raft_store::{
 
 use crate::node::WriteError;
 
-/// A counter per label value, in a fixed label order.
-struct Family {
+/// The media type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A counter per value of one label, every value's series created up front; the counters are
+/// held here too so that counting is a position lookup and an atomic add.
+struct Labelled {
     name: &'static str,
-    help: &'static str,
-    label: &'static str,
     values: &'static [&'static str],
-    counts: Vec<AtomicU64>,
+    counters: Vec<Counter>,
 }
 
-impl Family {
-    fn new(
+impl Labelled {
+    /// Registers `name` (exported as `name_total`) with a series per value of `label`.
+    fn register(
+        registry: &mut Registry,
         name: &'static str,
         help: &'static str,
         label: &'static str,
         values: &'static [&'static str],
     ) -> Self {
+        let family = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        let counters = values
+            .iter()
+            .map(|value| family.get_or_create(&[(label, *value)]).clone())
+            .collect();
+        registry.register(name, help, family);
         Self {
             name,
-            help,
-            label,
             values,
-            counts: values.iter().map(|_| AtomicU64::new(0)).collect(),
+            counters,
         }
     }
 
     fn inc(&self, value: &str) {
         if let Some(i) = self.values.iter().position(|v| *v == value) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
+            self.counters[i].inc();
         } else {
             debug_assert!(false, "{} has no label value {value}", self.name);
         }
@@ -49,84 +63,34 @@ impl Family {
         self.values
             .iter()
             .position(|v| *v == value)
-            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
-    }
-
-    fn render(&self, out: &mut String) {
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} counter", self.name);
-        for (value, count) in self.values.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{}{{{}=\"{}\"}} {}",
-                self.name,
-                self.label,
-                value,
-                count.load(Ordering::Relaxed)
-            );
-        }
+            .map_or(0, |i| self.counters[i].get())
     }
 }
 
-/// A histogram with fixed bucket bounds in seconds.
-struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    bounds: &'static [f64],
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-const LATENCY_BOUNDS: &[f64] = &[
+const LATENCY_BOUNDS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
-impl Histogram {
-    fn new(name: &'static str, help: &'static str) -> Self {
-        Self {
-            name,
-            help,
-            bounds: LATENCY_BOUNDS,
-            buckets: LATENCY_BOUNDS.iter().map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
+fn histogram(registry: &mut Registry, name: &'static str, help: &'static str) -> Histogram {
+    let histogram = Histogram::new(LATENCY_BOUNDS);
+    registry.register(name, help, histogram.clone());
+    histogram
+}
 
-    fn observe(&self, seconds: f64) {
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            if seconds <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
-    }
+fn gauge(registry: &mut Registry, name: &'static str, help: &'static str) -> Gauge<i64, AtomicI64> {
+    let gauge = Gauge::<i64, AtomicI64>::default();
+    registry.register(name, help, gauge.clone());
+    gauge
+}
 
-    fn render(&self, out: &mut String) {
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} histogram", self.name);
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            let _ = writeln!(
-                out,
-                "{}_bucket{{le=\"{}\"}} {}",
-                self.name,
-                bound,
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{}_bucket{{le=\"+Inf\"}} {}", self.name, count);
-        let _ = writeln!(
-            out,
-            "{}_sum {}",
-            self.name,
-            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{}_count {}", self.name, count);
-    }
+/// The Raft state, read from openraft's metrics when the text is rendered.
+struct RaftGauges {
+    node_id: Gauge<i64, AtomicI64>,
+    term: Gauge<i64, AtomicI64>,
+    leader_id: Gauge<i64, AtomicI64>,
+    is_leader: Gauge<i64, AtomicI64>,
+    last_log_index: Gauge<i64, AtomicI64>,
+    applied_index: Gauge<i64, AtomicI64>,
 }
 
 const APPEND_OUTCOMES: &[&str] = &[
@@ -180,77 +144,130 @@ const READ_STAGES: &[&str] = &["read", "confirmation"];
 
 /// The node's metrics.
 pub struct Metrics {
-    appends: Family,
-    populates: Family,
-    rebuilds: Family,
-    guarded_reads: Family,
+    registry: Registry,
+    raft: RaftGauges,
+    appends: Labelled,
+    populates: Labelled,
+    rebuilds: Labelled,
+    guarded_reads: Labelled,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
-    tls_reloads: Family,
-    shed: Family,
-    linearizable: Family,
+    tls_reloads: Labelled,
+    shed: Labelled,
+    linearizable: Labelled,
     /// When the certificate in service expires (seconds since the epoch); 0 without TLS.
-    tls_not_after_unix: AtomicI64,
+    tls_not_after_unix: Gauge<i64, AtomicI64>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let mut r = Registry::default();
+        let raft = RaftGauges {
+            node_id: gauge(&mut r, "chainstore_node_id", "This node's id."),
+            term: gauge(&mut r, "chainstore_raft_term", "Current Raft term."),
+            leader_id: gauge(
+                &mut r,
+                "chainstore_raft_leader_id",
+                "Id of the leader this node knows (0 when none).",
+            ),
+            is_leader: gauge(
+                &mut r,
+                "chainstore_raft_is_leader",
+                "1 when this node is the leader.",
+            ),
+            last_log_index: gauge(
+                &mut r,
+                "chainstore_raft_last_log_index",
+                "Index of the last entry in this node's log.",
+            ),
+            applied_index: gauge(
+                &mut r,
+                "chainstore_raft_applied_index",
+                "Index of the last entry applied to this node's state machine.",
+            ),
+        };
+        let appends = Labelled::register(
+            &mut r,
+            "chainstore_appends",
+            "Append requests evaluated here, by outcome.",
+            "outcome",
+            APPEND_OUTCOMES,
+        );
+        let populates = Labelled::register(
+            &mut r,
+            "chainstore_populates",
+            "Populate requests evaluated here, by outcome.",
+            "outcome",
+            POPULATE_OUTCOMES,
+        );
+        let rebuilds = Labelled::register(
+            &mut r,
+            "chainstore_rebuilds",
+            "Rebuild requests evaluated here (a partition moved into quarantine and rebuilt \
+             from the log), by outcome.",
+            "outcome",
+            REBUILD_OUTCOMES,
+        );
+        let guarded_reads = Labelled::register(
+            &mut r,
+            "chainstore_guarded_reads",
+            "Guarded chain reads served here, by answer.",
+            "answer",
+            GUARDED_OUTCOMES,
+        );
+        let sync_seconds = histogram(
+            &mut r,
+            "chainstore_fsync_seconds",
+            "Time of one durable write or sync (Raft log appends, votes).",
+        );
+        let apply_seconds = histogram(
+            &mut r,
+            "chainstore_apply_write_seconds",
+            "Time of one non-durable batch write (a state-machine apply, or Raft log entries \
+             written before the group fsync that makes them durable).",
+        );
+        let tls_reloads = Labelled::register(
+            &mut r,
+            "chainstore_tls_reloads",
+            "Reloads of changed TLS material, by outcome (error: the old material stays).",
+            "outcome",
+            TLS_RELOAD_OUTCOMES,
+        );
+        let shed = Labelled::register(
+            &mut r,
+            "chainstore_requests_shed",
+            "Requests refused with 503 overloaded: every slot of their class taken, its queue \
+             full.",
+            "class",
+            REQUEST_CLASSES,
+        );
+        let linearizable = Labelled::register(
+            &mut r,
+            "chainstore_linearizable_reads",
+            "Linearizable read barriers asked for here (read), and the leadership \
+             confirmations that served them (confirmation): reads arriving while one is in \
+             flight share the next.",
+            "stage",
+            READ_STAGES,
+        );
+        let tls_not_after_unix = gauge(
+            &mut r,
+            "chainstore_tls_certificate_not_after_seconds",
+            "When the node's certificate expires, in seconds since the epoch (0 without TLS).",
+        );
         Self {
-            appends: Family::new(
-                "chainstore_appends_total",
-                "Append requests evaluated here, by outcome.",
-                "outcome",
-                APPEND_OUTCOMES,
-            ),
-            populates: Family::new(
-                "chainstore_populates_total",
-                "Populate requests evaluated here, by outcome.",
-                "outcome",
-                POPULATE_OUTCOMES,
-            ),
-            rebuilds: Family::new(
-                "chainstore_rebuilds_total",
-                "Rebuild requests evaluated here (a partition moved into quarantine and rebuilt \
-                 from the log), by outcome.",
-                "outcome",
-                REBUILD_OUTCOMES,
-            ),
-            guarded_reads: Family::new(
-                "chainstore_guarded_reads_total",
-                "Guarded chain reads served here, by answer.",
-                "answer",
-                GUARDED_OUTCOMES,
-            ),
-            sync_seconds: Histogram::new(
-                "chainstore_fsync_seconds",
-                "Time of one durable write or sync (Raft log appends, votes).",
-            ),
-            apply_seconds: Histogram::new(
-                "chainstore_apply_write_seconds",
-                "Time of one non-durable batch write (a state-machine apply, or Raft log \
-                 entries written before the group fsync that makes them durable).",
-            ),
-            tls_reloads: Family::new(
-                "chainstore_tls_reloads_total",
-                "Reloads of changed TLS material, by outcome (error: the old material stays).",
-                "outcome",
-                TLS_RELOAD_OUTCOMES,
-            ),
-            shed: Family::new(
-                "chainstore_requests_shed_total",
-                "Requests refused with 503 overloaded: every slot of their class taken, its queue full.",
-                "class",
-                REQUEST_CLASSES,
-            ),
-            linearizable: Family::new(
-                "chainstore_linearizable_reads_total",
-                "Linearizable read barriers asked for here (read), and the leadership \
-                 confirmations that served them (confirmation): reads arriving while one is in \
-                 flight share the next.",
-                "stage",
-                READ_STAGES,
-            ),
-            tls_not_after_unix: AtomicI64::new(0),
+            registry: r,
+            raft,
+            appends,
+            populates,
+            rebuilds,
+            guarded_reads,
+            sync_seconds,
+            apply_seconds,
+            tls_reloads,
+            shed,
+            linearizable,
+            tls_not_after_unix,
         }
     }
 }
@@ -356,8 +373,7 @@ impl Metrics {
 
     /// Sets when the certificate in service expires.
     pub fn set_tls_not_after(&self, not_after_unix: Option<i64>) {
-        self.tls_not_after_unix
-            .store(not_after_unix.unwrap_or(0), Ordering::Relaxed);
+        self.tls_not_after_unix.set(not_after_unix.unwrap_or(0));
     }
 
     /// Requests of `class` refused because the class was full.
@@ -370,62 +386,26 @@ impl Metrics {
         self.appends.get(outcome)
     }
 
-    /// The Prometheus text exposition, Raft state included.
+    /// The exposition ([`CONTENT_TYPE`]), Raft state included.
     pub fn render(&self, node_id: NodeId, raft: &RaftMetrics<NodeId, BasicNode>) -> String {
-        let mut out = String::with_capacity(4096);
-        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {value}");
-        };
-        gauge(&mut out, "chainstore_node_id", "This node's id.", node_id);
-        gauge(
-            &mut out,
-            "chainstore_raft_term",
-            "Current Raft term.",
-            raft.current_term,
-        );
-        gauge(
-            &mut out,
-            "chainstore_raft_leader_id",
-            "Id of the leader this node knows (0 when none).",
-            raft.current_leader.unwrap_or(0),
-        );
-        gauge(
-            &mut out,
-            "chainstore_raft_is_leader",
-            "1 when this node is the leader.",
-            u64::from(raft.state == ServerState::Leader),
-        );
-        gauge(
-            &mut out,
-            "chainstore_raft_last_log_index",
-            "Index of the last entry in this node's log.",
-            raft.last_log_index.unwrap_or(0),
-        );
-        gauge(
-            &mut out,
-            "chainstore_raft_applied_index",
-            "Index of the last entry applied to this node's state machine.",
+        let as_gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        self.raft.node_id.set(as_gauge(node_id));
+        self.raft.term.set(as_gauge(raft.current_term));
+        self.raft
+            .leader_id
+            .set(as_gauge(raft.current_leader.unwrap_or(0)));
+        self.raft
+            .is_leader
+            .set(i64::from(raft.state == ServerState::Leader));
+        self.raft
+            .last_log_index
+            .set(as_gauge(raft.last_log_index.unwrap_or(0)));
+        self.raft.applied_index.set(as_gauge(
             raft.last_applied.as_ref().map_or(0, |id| id.index),
-        );
-        self.appends.render(&mut out);
-        self.populates.render(&mut out);
-        self.rebuilds.render(&mut out);
-        self.guarded_reads.render(&mut out);
-        self.sync_seconds.render(&mut out);
-        self.apply_seconds.render(&mut out);
-        self.tls_reloads.render(&mut out);
-        self.shed.render(&mut out);
-        self.linearizable.render(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP chainstore_tls_certificate_not_after_seconds When the node's certificate \
-             expires, in seconds since the epoch (0 without TLS).\n\
-             # TYPE chainstore_tls_certificate_not_after_seconds gauge\n\
-             chainstore_tls_certificate_not_after_seconds {}",
-            self.tls_not_after_unix.load(Ordering::Relaxed)
-        );
+        ));
+        let mut out = String::with_capacity(8192);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
         out
     }
 }
@@ -435,6 +415,35 @@ impl Metrics {
 mod tests {
     use super::*;
     use raft_store::Reason;
+
+    #[test]
+    fn the_exposition_is_openmetrics_with_every_series_from_the_start() {
+        let m = Metrics::default();
+        m.record_shed("peer");
+        m.observe_sync(0.003);
+        m.set_tls_not_after(Some(1_900_000_000));
+        let mut raft = RaftMetrics::new_initial(3);
+        raft.current_term = 7;
+        let text = m.render(3, &raft);
+        for line in [
+            "chainstore_node_id 3",
+            "chainstore_raft_term 7",
+            "chainstore_requests_shed_total{class=\"peer\"} 1",
+            "chainstore_requests_shed_total{class=\"client\"} 0",
+            "chainstore_rebuilds_total{outcome=\"not_diverged\"} 0",
+            "chainstore_guarded_reads_total{answer=\"broken_chain\"} 0",
+            "chainstore_fsync_seconds_bucket{le=\"0.005\"} 1",
+            "chainstore_fsync_seconds_count 1",
+            "chainstore_tls_certificate_not_after_seconds 1900000000",
+            "# EOF",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        assert_eq!(m.shed("peer"), 1);
+    }
 
     #[test]
     fn every_reason_has_a_series() {

@@ -51,5 +51,5 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
 /// Prometheus text exposition.
 pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
     let text = node.metrics().render(node.id(), &node.raft_metrics());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
