@@ -18,7 +18,7 @@ case "$profile" in
   debug) echo "building the test build's binaries..."; cargo build -q --workspace --tests ;;
   *) echo "CHAINSTORE_IMAGE_PROFILE must be release or debug" >&2; exit 2 ;;
 esac
-bins=("target/$profile/chainstore-node" "target/$profile/chainctl")
+bins=("target/$profile/chainstore-node" "target/$profile/chainctl" "target/$profile/chainstore-populator")
 
 stage=$(mktemp -d -t chainstore-image.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
