@@ -682,6 +682,15 @@ async fn populate(
     }
 }
 
+/// One connection to the PostgreSQL table named by `table`.
+async fn connect_log(dsn: &str, table: &TableNames) -> Result<PgLog, Failure> {
+    let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
+    PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
+        LogError::Unavailable(m) => Failure::unavailable(m),
+        LogError::Invalid(m) => Failure::usage(m),
+    })
+}
+
 /// Populates one execution from a PostgreSQL table through the reconciler.
 async fn populate_from_postgres(
     client: &Client,
@@ -690,11 +699,7 @@ async fn populate_from_postgres(
     exec: &ExecutionId,
     json: bool,
 ) -> Result<(), Failure> {
-    let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
-    let log = PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
-        LogError::Unavailable(m) => Failure::unavailable(m),
-        LogError::Invalid(m) => Failure::usage(m),
-    })?;
+    let log = connect_log(dsn, table).await?;
     let verdict = Reconciler::new(client, &log)
         .reconcile(exec)
         .await
@@ -736,11 +741,7 @@ async fn repair(
     reason: &str,
     json: bool,
 ) -> Result<(), Failure> {
-    let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
-    let log = PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
-        LogError::Unavailable(m) => Failure::unavailable(m),
-        LogError::Invalid(m) => Failure::usage(m),
-    })?;
+    let log = connect_log(dsn, table).await?;
     let events = log.read_log(exec).await.map_err(|e| match e {
         LogError::Unavailable(m) => Failure::unavailable(m),
         LogError::Invalid(m) => Failure::refused(m),
