@@ -23,6 +23,7 @@ mod types;
 
 pub mod populator;
 pub mod postgres;
+mod postgres_tls;
 
 pub use chainstore_model::api::{
     self, ChangesAnswer, ClusterStatus, Consistency, QuarantineList, QuarantinePage, RaftRole,

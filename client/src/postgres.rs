@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use chainstore_model::{EventId, ExecutionId, LogEvent};
 use tokio::sync::Mutex;
-use tokio_postgres::{Client as PgClient, NoTls, Row};
+use tokio_postgres::{Client as PgClient, Row};
 
 use crate::consumer::{BoxFuture, LogError, LogSource};
+pub use crate::postgres_tls::{connect, PgConnection, PgTls, PgTlsArgs};
 
 /// The table and the columns that hold the log (also the command-line flags that name them).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -153,6 +154,7 @@ pub struct Poll {
 /// A few connections to the database holding the log.
 pub struct PgLog {
     dsn: String,
+    tls: PgTls,
     table: PgTable,
     /// `$1` cast to the execution column's own type, so its index serves the lookup.
     execution_param: String,
@@ -161,13 +163,24 @@ pub struct PgLog {
 }
 
 fn unavailable(e: tokio_postgres::Error) -> LogError {
-    LogError::Unavailable(e.to_string())
+    LogError::Unavailable(describe(&e))
 }
 
-async fn open(dsn: &str) -> Result<PgClient, LogError> {
-    let (client, connection) = tokio_postgres::connect(dsn, NoTls)
-        .await
-        .map_err(unavailable)?;
+/// The error with every cause behind it (tokio-postgres says only "db error" and keeps the
+/// server's message in the source).
+pub(crate) fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+async fn open(dsn: &str, tls: &PgTls) -> Result<PgClient, LogError> {
+    let (client, connection) = connect(dsn, tls).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "PostgreSQL connection ended");
@@ -179,8 +192,13 @@ async fn open(dsn: &str) -> Result<PgClient, LogError> {
 impl PgLog {
     /// Connects (`connections` at most, opened as needed), checks that the table and every
     /// named column exist, and learns the execution column's type.
-    pub async fn connect(dsn: &str, table: PgTable, connections: usize) -> Result<Self, LogError> {
-        let client = open(dsn).await?;
+    pub async fn connect(
+        dsn: &str,
+        tls: PgTls,
+        table: PgTable,
+        connections: usize,
+    ) -> Result<Self, LogError> {
+        let client = open(dsn, &tls).await?;
         let regclass = client
             .query_one("SELECT to_regclass($1)::oid::int8", &[&table.table])
             .await
@@ -231,6 +249,7 @@ impl PgLog {
         *slots[0].lock().await = Some(Arc::new(client));
         Ok(Self {
             dsn: dsn.to_string(),
+            tls,
             table,
             execution_param,
             slots,
@@ -245,7 +264,7 @@ impl PgLog {
         match slot.as_ref() {
             Some(c) if !c.is_closed() => Ok(Arc::clone(c)),
             _ => {
-                let c = Arc::new(open(&self.dsn).await?);
+                let c = Arc::new(open(&self.dsn, &self.tls).await?);
                 *slot = Some(Arc::clone(&c));
                 Ok(c)
             }

@@ -504,6 +504,16 @@ impl Node {
 
     /// Proposes one effect and waits until it is applied here. Returns its log index and result.
     async fn propose(&self, effect: Effect) -> Result<(u64, CommandResult), WriteError> {
+        self.submit(|proposer| proposer.propose(effect)).await
+    }
+
+    /// Hands one write to the proposer (unless leadership is being handed over) and waits, at
+    /// most the write timeout, until it is applied here.
+    async fn submit<'a, F, Fut>(&'a self, write: F) -> Result<(u64, CommandResult), WriteError>
+    where
+        F: FnOnce(&'a Proposer) -> Fut,
+        Fut: std::future::Future<Output = Result<(u64, CommandResult), ProposeError>>,
+    {
         self.proposing.fetch_add(1, Ordering::SeqCst);
         let _done = Decrement(&self.proposing);
         if self.handing_off.load(Ordering::SeqCst) {
@@ -511,8 +521,7 @@ impl Node {
                 "this node is stopping and hands its leadership over; retry".into(),
             ));
         }
-        let write = self.proposer.propose(effect);
-        match tokio::time::timeout(self.config.limits.write_timeout, write).await {
+        match tokio::time::timeout(self.config.limits.write_timeout, write(&self.proposer)).await {
             Err(_) => Err(WriteError::Unavailable(
                 "the write was not applied in time; its outcome is unknown: retry it unchanged"
                     .into(),
@@ -710,29 +719,15 @@ impl Node {
                 RebuildError::Storage(err) => WriteError::Storage(err),
                 other => WriteError::Rebuild(other),
             })?;
-        self.proposing.fetch_add(1, Ordering::SeqCst);
-        let proposed = {
-            let _done = Decrement(&self.proposing);
-            let write = self.proposer.propose_rebuild(plan.rebuild);
-            tokio::time::timeout(self.config.limits.write_timeout, write).await
-        };
-        let record = match proposed {
-            Err(_) => {
-                return Err(WriteError::Unavailable(
-                    "the rebuild was not applied in time; its outcome is unknown: read the \
-                     execution's quarantine records before retrying"
-                        .into(),
-                ))
-            }
-            Ok(Err(ProposeError::NotLeader(leader))) => return Err(WriteError::NotLeader(leader)),
-            Ok(Err(ProposeError::Unavailable(message))) => {
-                return Err(WriteError::Unavailable(message))
-            }
-            Ok(Ok((_, CommandResult::Rebuilt(record, _)))) => record,
-            Ok(Ok((_, CommandResult::Rejected(rejection)))) => {
-                return Err(WriteError::Rejected(rejection))
-            }
-            Ok(Ok((_, other))) => {
+        // A retry of a rebuild whose outcome was unknown is safe: applied once, it is refused
+        // the second time as not needed.
+        let record = match self
+            .submit(|proposer| proposer.propose_rebuild(plan.rebuild))
+            .await?
+        {
+            (_, CommandResult::Rebuilt(record, _)) => record,
+            (_, CommandResult::Rejected(rejection)) => return Err(WriteError::Rejected(rejection)),
+            (_, other) => {
                 return Err(WriteError::Unavailable(format!(
                     "the rebuild applied as {other:?}"
                 )))

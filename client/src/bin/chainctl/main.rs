@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_client::postgres::{PgLog, PgTable, TableNames};
+use chainstore_client::postgres::{PgLog, PgTable, PgTlsArgs, TableNames};
 use chainstore_client::{
     AppendRequest, Client, ClientError, ConnectArgs, Consistency, EventId, ExecutionId, FromLog,
     Guarded, LogError, LogEvent, LogSource, PageRequest, ReadOptions, ReconcileError, Reconciler,
@@ -115,6 +115,8 @@ enum Command {
         #[arg(long)]
         execution: Option<String>,
         #[command(flatten)]
+        pg_tls: PgTlsArgs,
+        #[command(flatten)]
         table: TableNames,
     },
     /// Rebuilds a diverged execution from its PostgreSQL log (admin): the stored partition moves
@@ -130,6 +132,8 @@ enum Command {
         /// Why (kept in the quarantine record).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        pg_tls: PgTlsArgs,
         #[command(flatten)]
         table: TableNames,
     },
@@ -371,10 +375,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             concurrency,
             from_postgres,
             execution: exec,
+            pg_tls,
             table,
         } => match (file, from_postgres, exec) {
             (_, Some(dsn), Some(exec)) => {
-                populate_from_postgres(&client, &dsn, &table, &execution(&exec)?, json).await
+                let log = connect_log(&dsn, &pg_tls, &table).await?;
+                populate_from_postgres(&client, &log, &execution(&exec)?, json).await
             }
             (Some(file), _, _) => populate(client, &file, concurrency.max(1), json).await,
             _ => Err(Failure::usage(
@@ -385,17 +391,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             execution: exec,
             from_postgres,
             reason,
+            pg_tls,
             table,
         } => {
-            repair(
-                &client,
-                &from_postgres,
-                &table,
-                &execution(&exec)?,
-                &reason,
-                json,
-            )
-            .await
+            let log = connect_log(&from_postgres, &pg_tls, &table).await?;
+            repair(&client, &log, &execution(&exec)?, &reason, json).await
         }
         Command::Quarantine {
             execution: exec,
@@ -683,24 +683,25 @@ async fn populate(
 }
 
 /// One connection to the PostgreSQL table named by `table`.
-async fn connect_log(dsn: &str, table: &TableNames) -> Result<PgLog, Failure> {
+async fn connect_log(dsn: &str, tls: &PgTlsArgs, table: &TableNames) -> Result<PgLog, Failure> {
     let table = PgTable::new(table.clone()).map_err(Failure::usage)?;
-    PgLog::connect(dsn, table, 1).await.map_err(|e| match e {
-        LogError::Unavailable(m) => Failure::unavailable(m),
-        LogError::Invalid(m) => Failure::usage(m),
-    })
+    let tls = tls.tls().map_err(Failure::usage)?;
+    PgLog::connect(dsn, tls, table, 1)
+        .await
+        .map_err(|e| match e {
+            LogError::Unavailable(m) => Failure::unavailable(m),
+            LogError::Invalid(m) => Failure::usage(m),
+        })
 }
 
 /// Populates one execution from a PostgreSQL table through the reconciler.
 async fn populate_from_postgres(
     client: &Client,
-    dsn: &str,
-    table: &TableNames,
+    log: &PgLog,
     exec: &ExecutionId,
     json: bool,
 ) -> Result<(), Failure> {
-    let log = connect_log(dsn, table).await?;
-    let verdict = Reconciler::new(client, &log)
+    let verdict = Reconciler::new(client, log)
         .reconcile(exec)
         .await
         .map_err(|e| match e {
@@ -735,13 +736,11 @@ async fn populate_from_postgres(
 /// Reads the execution's log from PostgreSQL and asks the cluster to rebuild it from that log.
 async fn repair(
     client: &Client,
-    dsn: &str,
-    table: &TableNames,
+    log: &PgLog,
     exec: &ExecutionId,
     reason: &str,
     json: bool,
 ) -> Result<(), Failure> {
-    let log = connect_log(dsn, table).await?;
     let events = log.read_log(exec).await.map_err(|e| match e {
         LogError::Unavailable(m) => Failure::unavailable(m),
         LogError::Invalid(m) => Failure::refused(m),

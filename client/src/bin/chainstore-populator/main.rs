@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use chainstore_client::populator::{Checkpoint, Options, Populator, Shared};
-use chainstore_client::postgres::{PgLog, PgTable, TableNames};
+use chainstore_client::postgres::{PgLog, PgTable, PgTls, PgTlsArgs, TableNames};
 use chainstore_client::ConnectArgs;
 use clap::Parser;
 use futures_util::StreamExt;
@@ -37,6 +37,8 @@ struct Cli {
     /// A file holding the connection string.
     #[arg(long, env = "CHAINSTORE_POPULATOR_DSN_FILE", conflicts_with = "dsn")]
     dsn_file: Option<PathBuf>,
+    #[command(flatten)]
+    pg_tls: PgTlsArgs,
     #[command(flatten)]
     table: TableNames,
     /// Where the durable checkpoint lives (one small JSON file, replaced atomically).
@@ -116,10 +118,10 @@ async fn problems(State(http): State<Arc<Http>>) -> impl IntoResponse {
 
 /// LISTENs on `channel` and wakes the poll loop on every notification; reconnects after a
 /// lost connection.
-async fn listen(dsn: String, channel: String, wake: Arc<tokio::sync::Notify>) {
+async fn listen(dsn: String, tls: PgTls, channel: String, wake: Arc<tokio::sync::Notify>) {
     let quoted = format!("\"{}\"", channel.replace('"', "\"\""));
     loop {
-        match tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await {
+        match chainstore_client::postgres::connect(&dsn, &tls).await {
             Ok((client, mut connection)) => {
                 let mut messages =
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -188,7 +190,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     let dsn = dsn(&cli)?;
     let client = cli.connect.client().map_err(|e| e.to_string())?;
     let table = PgTable::new(cli.table.clone())?;
-    let log = PgLog::connect(&dsn, table, cli.pg_connections)
+    let tls = cli.pg_tls.tls()?;
+    let log = PgLog::connect(&dsn, tls.clone(), table, cli.pg_connections)
         .await
         .map_err(|e| e.to_string())?;
     let options = Options {
@@ -221,7 +224,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         let _ = axum::serve(listener, router).await;
     });
     if let Some(channel) = cli.notify_channel.clone() {
-        tokio::spawn(listen(dsn.clone(), channel, populator.waker()));
+        tokio::spawn(listen(dsn.clone(), tls, channel, populator.waker()));
     }
     let comparing = {
         let p = Arc::clone(&populator);
