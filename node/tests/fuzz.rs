@@ -86,6 +86,17 @@ fn targets() -> Vec<Target> {
             },
         },
         Target {
+            name: "rebuild body",
+            inputs_min: 0,
+            seeds: vec![bytes(&json!({"reason": "a second writer", "events": [
+                {"event_id": "l1", "payload": 1},
+                {"event_id": "l2", "prev_event_id": "l1", "payload": {"k": "v"}}
+            ]}))],
+            decode: |b| {
+                let _ = serde_json::from_slice::<raft_store::api::RebuildBody>(b);
+            },
+        },
+        Target {
             name: "replicated body",
             inputs_min: 0,
             seeds: vec![bytes(&json!({"events": [

@@ -260,13 +260,30 @@ pub fn store_targets() -> Vec<Target> {
                 crate::chain::Effect {
                     execution_id: ExecutionId::new("other").expect("a constant, valid id"),
                     events: Vec::new(),
-                    ..effect
+                    ..effect.clone()
                 },
             ])),
         },
         openraft::Entry::<TypeConfig> {
             log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 10),
             payload: openraft::EntryPayload::Blank,
+        },
+        openraft::Entry::<TypeConfig> {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 12),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::Rebuild(
+                crate::chain::Rebuild {
+                    expect: Some(Head {
+                        exec_seq: 3,
+                        event_id: id("intruder"),
+                    }),
+                    note: crate::chain::QuarantineNote {
+                        reason: "a second writer".into(),
+                        diagnosis: "diverged at position 2".into(),
+                        at_ms: 1_700_000_000_000,
+                    },
+                    effect,
+                },
+            )),
         },
     ] {
         entries.push(crate::raft::entry_codec::encode_entry(&entry).expect("encodes"));
@@ -285,7 +302,8 @@ pub fn store_targets() -> Vec<Target> {
             },
         },
         Target {
-            name: "stored head, watermark, coverage, seq, format, feed, session records",
+            name:
+                "stored head, watermark, coverage, seq, format, feed, session, quarantine records",
             inputs_min: 0,
             seeds: vec![
                 codec::encode_head(&Head {
@@ -310,9 +328,25 @@ pub fn store_targets() -> Vec<Target> {
                     root: id("e1"),
                     tail: id("e4"),
                 }),
+                codec::encode_quarantine(&chainstore_model::QuarantineRecord {
+                    number: 2,
+                    quarantined_at_ms: 1_700_000_000_000,
+                    commit_index: 40,
+                    reason: "a second writer".into(),
+                    diagnosis: "diverged at position 2".into(),
+                    head: Some(Head {
+                        exec_seq: 3,
+                        event_id: id("intruder"),
+                    }),
+                    watermark: None,
+                    coverage: None,
+                    events: 3,
+                })
+                .expect("encodes"),
             ],
             decode: |bytes| {
                 let _ = codec::decode_session(bytes);
+                let _ = codec::decode_quarantine(bytes);
                 let _ = codec::decode_head(bytes);
                 let _ = codec::decode_watermark(bytes);
                 let _ = codec::decode_coverage(bytes);
