@@ -163,20 +163,7 @@ pub struct PgLog {
 }
 
 fn unavailable(e: tokio_postgres::Error) -> LogError {
-    LogError::Unavailable(describe(&e))
-}
-
-/// The error with every cause behind it (tokio-postgres says only "db error" and keeps the
-/// server's message in the source).
-pub(crate) fn describe(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    LogError::Unavailable(chainstore_transport::error_chain(&e))
 }
 
 async fn open(dsn: &str, tls: &PgTls) -> Result<PgClient, LogError> {

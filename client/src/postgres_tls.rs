@@ -97,7 +97,7 @@ pub async fn connect(dsn: &str, tls: &PgTls) -> Result<(Client, PgConnection), L
     config
         .connect(connector)
         .await
-        .map_err(|e| LogError::Unavailable(crate::postgres::describe(&e)))
+        .map_err(|e| LogError::Unavailable(chainstore_transport::error_chain(&e)))
 }
 
 /// Makes a [`RustlsConnect`] per connection, named for the host it connects to.

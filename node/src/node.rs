@@ -709,6 +709,8 @@ impl Node {
     ) -> Result<(QuarantineRecord, u64), WriteError> {
         let _latch = self.latches.acquire(exec).await;
         self.ready_leader().await?;
+        // The leader's wall clock, carried in the entry so every replica keeps the same record.
+        // Only a rebuild reads it, and the simulations' workload never sends one.
         let at_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

@@ -342,7 +342,7 @@ pub fn store_targets() -> Vec<Target> {
                     coverage: None,
                     events: 3,
                 })
-                .expect("encodes"),
+                .expect("a constant record encodes"),
             ],
             decode: |bytes| {
                 let _ = codec::decode_session(bytes);

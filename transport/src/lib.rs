@@ -162,7 +162,7 @@ fn classify(err: reqwest::Error, timeout: Duration) -> TransportError {
 
 /// An error with its causes, so that "error sending request" says why (a refused certificate,
 /// a reset connection).
-fn error_chain(err: &dyn std::error::Error) -> String {
+pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -126,28 +126,18 @@ pub fn app(node: Arc<Node>) -> Router {
             guard,
         ))
     };
-    let mut groups: Vec<(Access, Router<Arc<Node>>)> = Vec::new();
+    let (mut read, mut write, mut admin) = (Router::new(), Router::new(), Router::new());
+    let (mut peer, mut public) = (Router::new(), Router::new());
     for route in routes() {
-        match groups
-            .iter_mut()
-            .find(|(access, _)| *access == route.access)
-        {
-            Some((_, group)) => *group = std::mem::take(group).route(route.path, route.handler),
-            None => groups.push((route.access, Router::new().route(route.path, route.handler))),
-        }
+        let group = match route.access {
+            Access::Public => &mut public,
+            Access::Client(Role::Read) => &mut read,
+            Access::Client(Role::Write) => &mut write,
+            Access::Client(Role::Admin) => &mut admin,
+            Access::Peer => &mut peer,
+        };
+        *group = std::mem::take(group).route(route.path, route.handler);
     }
-    let mut group = |access: Access| {
-        groups
-            .iter_mut()
-            .find(|(a, _)| *a == access)
-            .map(|(_, group)| std::mem::take(group))
-            .unwrap_or_default()
-    };
-    let read = group(Access::Client(Role::Read));
-    let write = group(Access::Client(Role::Write));
-    let admin = group(Access::Client(Role::Admin));
-    let peer = group(Access::Peer);
-    let public = group(Access::Public);
     // Clients and peers are admitted apart: a client flood never queues a heartbeat.
     let limits = &node.config().limits;
     let metrics = Arc::clone(node.metrics());

@@ -2,7 +2,6 @@
 //! (every route the router serves, with who may call it) and the JSON Schemas of the wire types
 //! in `chainstore-model`, so neither can drift from the code.
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use schemars::generate::SchemaSettings;
@@ -12,9 +11,7 @@ use serde_json::{json, Map, Value};
 use super::auth::Access;
 use super::Route;
 use chainstore_transport::Role;
-use std::sync::{Arc, OnceLock};
-
-use crate::node::Node;
+use std::sync::OnceLock;
 
 /// How a route's body or answer is described.
 #[derive(Clone, Copy)]
@@ -205,7 +202,7 @@ fn not_null(mut schema: Value) -> Value {
 }
 
 /// `GET /v1/openapi.json` (built once: it depends on nothing but the code).
-pub async fn serve(State(_): State<Arc<Node>>) -> Response {
+pub async fn serve() -> Response {
     static DOCUMENT: OnceLock<Value> = OnceLock::new();
     Json(DOCUMENT.get_or_init(|| document(&super::routes()))).into_response()
 }

@@ -436,16 +436,6 @@ impl<E: Engine> ChainStore<E> {
             next_from_seq: next,
         }))
     }
-
-    fn write_batch(&self, batch: WriteBatch) -> Result<(), StorageError> {
-        if batch.is_empty() {
-            Ok(())
-        } else if self.config.sync_writes {
-            self.engine.write_durable(batch)
-        } else {
-            self.engine.write(batch)
-        }
-    }
 }
 
 fn rebuild_apply_error(err: ApplyError) -> RebuildError {

@@ -254,14 +254,19 @@ impl<E: Engine> ChainStore<E> {
 
     fn write_effect(&self, effect: &Effect, commit_index: u64) -> Result<Applied, ApplyError> {
         let (batch, applied) = self.stage_effect(effect, commit_index)?;
-        if !batch.is_empty() {
-            if self.config.sync_writes {
-                self.engine.write_durable(batch)?;
-            } else {
-                self.engine.write(batch)?;
-            }
-        }
+        self.write_batch(batch)?;
         Ok(applied)
+    }
+
+    /// Writes `batch`, durably when `sync_writes` is set; an empty batch writes nothing.
+    pub(crate) fn write_batch(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        if batch.is_empty() {
+            Ok(())
+        } else if self.config.sync_writes {
+            self.engine.write_durable(batch)
+        } else {
+            self.engine.write(batch)
+        }
     }
 
     /// Checks a payload against the size limit and returns its encoding.
