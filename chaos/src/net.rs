@@ -1,11 +1,12 @@
 //! The network of a simulated node: the production axum router served by hyper over turmoil
-//! sockets, and a [`Transport`] that sends requests over turmoil sockets. With these two swaps the
+//! sockets (connections may be upgraded to the append stream, as in production), and a
+//! [`Transport`] that sends requests, and opens append streams, over turmoil sockets. With these two swaps the
 //! node and the client run unchanged.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use chainstore_transport::{BoxFuture, Transport, TransportError};
+use chainstore_transport::{BoxFuture, Transport, TransportError, UpgradedStream};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -29,6 +30,7 @@ pub async fn serve(router: axum::Router) -> std::io::Result<()> {
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
                 .await;
         });
     }
@@ -74,6 +76,32 @@ impl Transport for SimTransport {
     ) -> BoxFuture<'_, Result<http::Response<Bytes>, TransportError>> {
         Box::pin(async move {
             match tokio::time::timeout(timeout, exchange(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(TransportError::Timeout(timeout)),
+            }
+        })
+    }
+
+    /// The append stream over a turmoil connection of its own, upgraded as in production.
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<UpgradedStream, TransportError>> {
+        Box::pin(async move {
+            let upgrade = async {
+                let authority = request
+                    .uri()
+                    .authority()
+                    .map(|a| a.to_string())
+                    .ok_or_else(|| TransportError::Failed("the URL has no host".into()))?;
+                let stream = turmoil::net::TcpStream::connect(authority.as_str())
+                    .await
+                    .map_err(|e| TransportError::Unreachable(format!("{authority}: {e}")))?;
+                let stream = chainstore_transport::stream::upgrade_on(stream, &request).await?;
+                Ok(Box::new(stream) as UpgradedStream)
+            };
+            match tokio::time::timeout(timeout, upgrade).await {
                 Ok(result) => result,
                 Err(_) => Err(TransportError::Timeout(timeout)),
             }

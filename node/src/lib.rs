@@ -31,6 +31,7 @@ mod network;
 mod node;
 mod proposer;
 mod raft_api;
+mod raft_stream;
 mod read_rounds;
 mod security;
 mod server;

@@ -139,6 +139,7 @@ const GUARDED_OUTCOMES: &[&str] = &[
 ];
 
 const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
+const APPEND_RPC_PATHS: &[&str] = &["stream", "http"];
 const REQUEST_CLASSES: &[&str] = &["client", "peer"];
 const READ_STAGES: &[&str] = &["read", "confirmation"];
 
@@ -149,6 +150,7 @@ pub struct Metrics {
     appends: Labelled,
     populates: Labelled,
     rebuilds: Labelled,
+    append_rpcs: Labelled,
     guarded_reads: Labelled,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
@@ -208,6 +210,14 @@ impl Default for Metrics {
             "outcome",
             REBUILD_OUTCOMES,
         );
+        let append_rpcs = Labelled::register(
+            &mut r,
+            "chainstore_raft_append_rpcs_received",
+            "AppendEntries RPCs (heartbeats included) this node answered, by how they came: \
+             over an append stream or as HTTP requests.",
+            "via",
+            APPEND_RPC_PATHS,
+        );
         let guarded_reads = Labelled::register(
             &mut r,
             "chainstore_guarded_reads",
@@ -261,6 +271,7 @@ impl Default for Metrics {
             appends,
             populates,
             rebuilds,
+            append_rpcs,
             guarded_reads,
             sync_seconds,
             apply_seconds,
@@ -331,6 +342,11 @@ impl Metrics {
             Ok(_) => "rebuilt",
             Err(err) => write_error_label(err),
         });
+    }
+
+    /// Counts one AppendEntries RPC answered, `via` "stream" or "http".
+    pub fn record_append_rpc(&self, via: &'static str) {
+        self.append_rpcs.inc(via);
     }
 
     /// Counts one guarded read answer.

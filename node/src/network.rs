@@ -15,6 +15,7 @@
 //! chunk's bytes are not inflated into a JSON array.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use openraft::error::{
@@ -35,6 +36,7 @@ use serde::Serialize;
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
 use raft_store::api::headers::CLUSTER_SECRET;
 
+use crate::raft_stream::{self, ClientStream, StreamPool};
 use crate::security::{PeerAuth, Secret};
 
 /// How this node addresses a request to a peer: over TLS, the peer named by [`ExpectPeer`]
@@ -86,6 +88,7 @@ pub struct Network {
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
     append_bytes_max: usize,
+    streams: Arc<StreamPool>,
 }
 
 impl Network {
@@ -100,6 +103,7 @@ impl Network {
             transport,
             credentials,
             append_bytes_max,
+            streams: Arc::default(),
         }
     }
 }
@@ -115,6 +119,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             credentials: self.credentials.clone(),
             append_bytes_max: self.append_bytes_max,
             last_logged: None,
+            streams: Arc::clone(&self.streams),
         }
     }
 }
@@ -129,7 +134,12 @@ pub struct PeerClient {
     /// When a failure to reach the peer was last logged (at most one line per
     /// [`UNREACHABLE_LOG_INTERVAL`], however often openraft retries).
     last_logged: Option<tokio::time::Instant>,
+    /// The node's append streams ([`crate::raft_stream`]).
+    streams: Arc<StreamPool>,
 }
+
+/// The longest answer read from an append stream (an answer is a few hundred bytes of JSON).
+const STREAM_ANSWER_BYTES_MAX: usize = 1 << 20;
 
 /// How often a peer that cannot be reached is logged.
 pub const UNREACHABLE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -188,6 +198,20 @@ impl PeerClient {
         Err: std::error::Error + DeserializeOwned,
     {
         let exchanged = self.exchange(path, body, option).await;
+        self.answer(exchanged, smaller)
+    }
+
+    /// Decodes the peer's `Result` from an exchange's outcome, classifying failures the way
+    /// [`PeerClient::call`] says.
+    fn answer<Resp, Err>(
+        &mut self,
+        exchanged: Result<Bytes, ExchangeError>,
+        smaller: Option<u64>,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, Err>>
+    where
+        Resp: DeserializeOwned,
+        Err: std::error::Error + DeserializeOwned,
+    {
         if let Err(err) = &exchanged {
             self.log_failure(err);
         }
@@ -218,6 +242,103 @@ impl PeerClient {
         let decoded: Result<Resp, Err> = serde_json::from_slice(&answer)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    /// Sends one append request (its binary framing) over an idle append stream of the pool.
+    /// `None` when there is none: then this request goes as an HTTP request while a stream is
+    /// opened in the background for the next ones (opening one takes a connection and an
+    /// upgrade: more round trips than one RPC's deadline allows on a slow link). A stream that
+    /// fails is closed and the request sent on the next one (the peer may have restarted since
+    /// the stream last served: an AppendEntries may be repeated).
+    async fn stream_exchange(
+        &mut self,
+        body: &[u8],
+        option: &RPCOption,
+    ) -> Option<Result<Bytes, ExchangeError>> {
+        let framed = match raft_stream::frame(body) {
+            Ok(framed) => framed,
+            Err(err) => {
+                return Some(Err(ExchangeError::Transport(TransportError::Failed(
+                    err.to_string(),
+                ))))
+            }
+        };
+        let ttl = option.hard_ttl();
+        let deadline = tokio::time::Instant::now() + ttl;
+        loop {
+            let Some(mut stream) = self.streams.take(self.target) else {
+                self.open_stream_in_background();
+                return None;
+            };
+            let exchanged = tokio::time::timeout_at(
+                deadline,
+                stream.exchange(&framed, STREAM_ANSWER_BYTES_MAX),
+            )
+            .await;
+            match exchanged {
+                Ok(Ok(answer)) => {
+                    self.streams.put(self.target, stream);
+                    return Some(Ok(answer));
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(peer = self.target, %err, "an append stream failed");
+                }
+                Err(_) => return Some(Err(ExchangeError::Transport(TransportError::Timeout(ttl)))),
+            }
+        }
+    }
+
+    /// Opens an append stream to the peer on a task of its own, unless one is being opened or
+    /// the last attempt failed lately; it joins the pool when the peer switches protocols.
+    fn open_stream_in_background(&self) {
+        if !self.streams.begin_open(self.target) {
+            return;
+        }
+        let request = self
+            .credentials
+            .request(
+                http::Method::POST,
+                self.target,
+                &self.addr,
+                raft_stream::PATH,
+            )
+            .header(http::header::CONNECTION, "upgrade")
+            .header(http::header::UPGRADE, raft_stream::PROTOCOL)
+            .body(Bytes::new());
+        let transport = Arc::clone(&self.transport);
+        let streams = Arc::clone(&self.streams);
+        let target = self.target;
+        tokio::spawn(async move {
+            let upgraded = match request {
+                Ok(request) => transport.upgrade(request, raft_stream::OPEN_TIMEOUT).await,
+                Err(err) => Err(TransportError::Failed(err.to_string())),
+            };
+            match upgraded {
+                Ok(io) => streams.opened(target, Some(ClientStream::new(io)), Duration::ZERO),
+                // A peer of an earlier build knows no such route: HTTP for a while.
+                Err(err @ TransportError::NotSwitched(404 | 405)) => {
+                    tracing::info!(peer = target, %err, "the peer takes no append stream; sending it HTTP requests");
+                    streams.opened(target, None, raft_stream::RETRY_AFTER);
+                }
+                Err(err) => {
+                    tracing::debug!(peer = target, %err, "no append stream opened");
+                    streams.opened(target, None, raft_stream::OPEN_RETRY_AFTER);
+                }
+            }
+        });
+    }
+
+    /// One append request's exchange: over the append stream when the peer takes it, else
+    /// as an HTTP request.
+    async fn append_exchange(
+        &mut self,
+        body: Bytes,
+        option: &RPCOption,
+    ) -> Result<Bytes, ExchangeError> {
+        match self.stream_exchange(&body, option).await {
+            Some(exchanged) => exchanged,
+            None => self.exchange("/raft/append", body, option).await,
+        }
     }
 
     /// Logs a failed exchange, once per interval: an unreachable peer, a peer whose certificate
@@ -309,13 +430,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         }
         // Small ranges are never split on failure: a heartbeat that fails is just a failure.
         let Some(fewer) = smaller.filter(|_| body.len() >= SPLIT_ON_FAILURE_BYTES) else {
-            return self.call("/raft/append", body, &option, None).await;
+            let exchanged = self.append_exchange(body, &option).await;
+            return self.answer(exchanged, None);
         };
         // openraft drops an append that outlasts its deadline (a heartbeat interval) and sends
         // the same range again: give up on a large one a little earlier and ask for fewer.
-        let call = self.call("/raft/append", body, &option, Some(fewer));
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(answer) => answer,
+        let exchange = self.append_exchange(body, &option);
+        match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(exchanged) => self.answer(exchanged, Some(fewer)),
+            // A stream cut off mid-exchange is dropped with the exchange, not kept.
             Err(_) => Err(RPCError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint(fewer),
             )),

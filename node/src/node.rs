@@ -141,6 +141,8 @@ pub struct Node {
     read_rounds: Arc<ReadRounds<u64, ReadError>>,
     /// Puts the evaluated writes of concurrent requests into shared entries.
     proposer: Proposer,
+    /// Slots of the append streams this node serves ([`crate::raft_stream::STREAMS_MAX`]).
+    raft_streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Most effects (each one request's write) in one Raft entry.
@@ -264,6 +266,7 @@ impl Node {
             proposing: AtomicUsize::new(0),
             read_rounds: Arc::default(),
             proposer,
+            raft_streams: Arc::new(tokio::sync::Semaphore::new(crate::raft_stream::STREAMS_MAX)),
         }))
     }
 
@@ -280,6 +283,11 @@ impl Node {
     /// The Raft handle.
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
+    }
+
+    /// Slots of the append streams this node serves.
+    pub(crate) fn raft_streams(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.raft_streams
     }
 
     /// The chain store (reads only: writes go through Raft).

@@ -16,6 +16,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::{parse_json, read_body};
 use crate::network::decode_snapshot_chunk;
 use crate::node::{ElectRequest, Node};
+use crate::raft_stream;
 
 async fn body_bytes(
     node: &Node,
@@ -36,6 +37,7 @@ pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bod
         } else {
             parse_json(&bytes)?
         };
+        node.metrics().record_append_rpc("http");
         Ok::<_, ApiError>(Json(node.raft().append_entries(request).await).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
@@ -74,4 +76,61 @@ pub async fn elect(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body
         Ok::<_, ApiError>(Json(serde_json::json!({ "standing": true })).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /raft/stream` — switches the connection to the append stream ([`raft_stream`]); the
+/// peer was admitted like any `/raft/*` request. 400 without the upgrade's headers, 503 when
+/// [`raft_stream::STREAMS_MAX`] streams are open.
+pub async fn stream(
+    State(node): State<Arc<Node>>,
+    mut request: axum::extract::Request,
+) -> Response {
+    let asked = request
+        .headers()
+        .get(axum::http::header::UPGRADE)
+        .is_some_and(|v| {
+            v.as_bytes()
+                .eq_ignore_ascii_case(raft_stream::PROTOCOL.as_bytes())
+        });
+    if !asked {
+        return ApiError::InvalidInput(format!(
+            "this route upgrades the connection: send `connection: upgrade` and `upgrade: {}`",
+            raft_stream::PROTOCOL
+        ))
+        .into_response();
+    }
+    let Some(on_upgrade) = request
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+    else {
+        return ApiError::InvalidInput("this connection cannot be upgraded".into()).into_response();
+    };
+    let Ok(permit) = Arc::clone(node.raft_streams()).try_acquire_owned() else {
+        return ApiError::Overloaded(format!(
+            "{} append streams are open",
+            raft_stream::STREAMS_MAX
+        ))
+        .into_response();
+    };
+    let idle = node.config().limits.header_read_timeout;
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                raft_stream::serve(node, hyper_util::rt::TokioIo::new(upgraded), idle, permit).await
+            }
+            Err(err) => tracing::debug!(%err, "an append stream's upgrade failed"),
+        }
+    });
+    let mut answer = Response::new(Body::empty());
+    *answer.status_mut() = axum::http::StatusCode::SWITCHING_PROTOCOLS;
+    let headers = answer.headers_mut();
+    headers.insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("upgrade"),
+    );
+    headers.insert(
+        axum::http::header::UPGRADE,
+        axum::http::HeaderValue::from_static(raft_stream::PROTOCOL),
+    );
+    answer
 }

@@ -9,6 +9,9 @@
 //!
 //! Shutdown stops accepting, lets open connections finish their requests (closing idle ones),
 //! and gives up on the rest after a grace period.
+//!
+//! A connection may be upgraded (`POST /raft/stream`): it then leaves this loop, and its slot,
+//! for the handler's own task, which bounds such streams itself.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,7 +20,6 @@ use std::time::Duration;
 use axum::Router;
 use chainstore_transport::certificate_identity;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -48,8 +50,11 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
-    let open = Arc::new(Semaphore::new(options.connections_max.max(1)));
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let slots = options
+        .connections_max
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let open = Arc::new(Semaphore::new(slots));
     let mut refused: u64 = 0;
     tokio::pin!(shutdown);
     loop {
@@ -80,7 +85,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let watcher = graceful.watcher();
+        let watcher = closing.clone();
         let options = options.clone();
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
@@ -114,11 +119,14 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.shutdown_grace) => {
-            tracing::warn!("connections still open after the shutdown grace period; closing them");
-        }
+    let _ = closing_tx.send(true);
+    // Every connection task holds a slot until its connection ends.
+    let all_closed = open.acquire_many(slots as u32);
+    if tokio::time::timeout(options.shutdown_grace, all_closed)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period; closing them");
     }
 }
 
@@ -126,7 +134,7 @@ async fn serve_connection<S>(
     stream: S,
     connection: Connection,
     router: Router,
-    watcher: Watcher,
+    mut closing: tokio::sync::watch::Receiver<bool>,
     options: &ServeOptions,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -140,8 +148,22 @@ async fn serve_connection<S>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
-    let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
-    if let Err(err) = served.await {
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = async {
+            // The guard `wait_for` answers with is not `Send`: dropped here, before any await.
+            let _ = closing.wait_for(|closing| *closing).await.map(drop);
+        } => {
+            // Finishes the request under way, if any, then closes.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(err) = served {
         tracing::debug!(%err, "connection ended with an error");
     }
 }

@@ -936,3 +936,118 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// How many AppendEntries RPCs node `id` answered over an append stream and as HTTP requests.
+async fn append_rpcs_received(c: &Cluster, id: u64) -> (u64, u64) {
+    let text = c
+        .http
+        .get(c.url(id, "/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let count = |via: &str| -> u64 {
+        let series = format!("chainstore_raft_append_rpcs_received_total{{via=\"{via}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("node {id} has no {series:?}:\n{text}"))
+    };
+    (count("stream"), count("http"))
+}
+
+/// Waits until node `id` has answered AppendEntries over a stream, then returns its counts.
+async fn streaming(c: &Cluster, id: u64) -> (u64, u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let counts = append_rpcs_received(c, id).await;
+        if counts.0 > 0 {
+            return counts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {id} was never sent AppendEntries over a stream: {counts:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Once its stream is open (the first RPCs to a peer may go as HTTP requests while it opens),
+/// the leader's AppendEntries reach every follower over it and never as HTTP requests — so a
+/// stream that stops working cannot hide behind the fallback — and a follower that was killed
+/// and restarted is given a new stream and catches up.
+#[tokio::test]
+async fn the_leader_replicates_over_append_streams_and_opens_a_new_one_after_a_restart() {
+    let mut c = Cluster::start(3).await;
+    let l = c.leader().await;
+    let mut prev: Option<String> = None;
+    let mut append = |c: &Cluster, i: usize| {
+        let id = format!("s{i}");
+        let body = event(&id, prev.as_deref());
+        prev = Some(id);
+        let url = c.url(l, "/v1/executions/streamed/events");
+        let http = c.http.clone();
+        async move {
+            let response = http.post(url).json(&body).send().await.expect("append");
+            assert_eq!(response.status().as_u16(), 200);
+            let answer: Value = response.json().await.expect("answer");
+            answer["commit_index"].as_u64().expect("commit_index")
+        }
+    };
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != l).collect();
+    let mut before = Vec::new();
+    for &f in &followers {
+        before.push(streaming(&c, f).await);
+    }
+    let mut index = 0;
+    for i in 0..10 {
+        index = append(&c, i).await;
+    }
+    for (&f, (stream_before, http_before)) in followers.iter().zip(before) {
+        c.wait_applied(f, index, std::time::Duration::from_secs(10))
+            .await;
+        let (stream, http) = append_rpcs_received(&c, f).await;
+        assert!(
+            stream >= stream_before + 10,
+            "node {f}: {stream_before} then {stream} RPCs over the stream"
+        );
+        assert_eq!(http, http_before, "node {f} was sent HTTP appends");
+    }
+    assert_eq!(
+        append_rpcs_received(&c, l).await,
+        (0, 0),
+        "the leader received none"
+    );
+
+    // The leader's stream to the restarted follower breaks; a new one is opened.
+    let f = followers[0];
+    c.restart(f).await;
+    index = append(&c, 10).await;
+    c.wait_applied(f, index, std::time::Duration::from_secs(10))
+        .await;
+    let (stream_before, http_before) = streaming(&c, f).await;
+    for i in 11..20 {
+        index = append(&c, i).await;
+    }
+    c.wait_applied(f, index, std::time::Duration::from_secs(10))
+        .await;
+    let (stream, http) = append_rpcs_received(&c, f).await;
+    assert!(
+        stream >= stream_before + 9,
+        "node {f} after its restart: {stream_before} then {stream} RPCs over a stream"
+    );
+    assert_eq!(
+        http, http_before,
+        "node {f} was sent HTTP appends on a working stream"
+    );
+    let (_, chain) = c
+        .get(f, "/v1/executions/streamed/chain/raw?consistency=local")
+        .await;
+    assert_eq!(
+        chain["events"].as_array().map(Vec::len),
+        Some(20),
+        "{chain}"
+    );
+}

@@ -238,6 +238,8 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
         (Needs::Peer, "POST", "/raft/append", json!({})),
         (Needs::Peer, "POST", "/raft/vote", json!({})),
         (Needs::Peer, "POST", "/raft/snapshot", json!({})),
+        // Admitted, then 400: a request without the upgrade's headers.
+        (Needs::Peer, "POST", "/raft/stream", json!({})),
         (
             Needs::Peer,
             "POST",
@@ -403,6 +405,7 @@ async fn only_members_with_the_clusters_certificates_can_vote_append_or_install_
             serde_json::to_vec(&append_from(9, far)).unwrap(),
         ),
         ("/raft/snapshot", snapshot_from(9, far)),
+        ("/raft/stream", Vec::new()),
     ] {
         let response = stranger
             .post(c.url(target, path))
@@ -419,6 +422,36 @@ async fn only_members_with_the_clusters_certificates_can_vote_append_or_install_
     );
     let (_, status) = c.get(target, "/v1/cluster").await;
     assert_eq!(status["voters"], json!([1, 2, 3]));
+    // Over mutual TLS as well, the leader's AppendEntries (heartbeats at least) reach the
+    // follower over an append stream, opened with the leader's certificate (the first ones may
+    // go as HTTP requests while it opens).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = c
+            .http
+            .get(c.url(target, "/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        let streamed: u64 = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("chainstore_raft_append_rpcs_received_total{via=\"stream\"} ")
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the stream series");
+        if streamed > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no AppendEntries came over a stream:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let log = c.log_of(target);
     assert!(
         log.contains("refused a request from a would-be peer") && log.contains("node 9"),

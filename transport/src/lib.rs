@@ -10,22 +10,26 @@
 //! - [`PeerTransport`]: what a node with TLS uses to reach its peers: mutual TLS with the node's
 //!   own certificate, each request to a peer accepted only from a certificate naming that peer
 //!   ([`ExpectPeer`]), and new material swapped in without a restart.
+//! - [`stream`]: a connection to a peer upgraded to a protocol of its own ([`Transport::upgrade`]),
+//!   for exchanges too frequent to pay for HTTP each time (the Raft append stream).
 //! - [`identity`]: the identity a certificate names (a node id, or a client role).
 //! - [`tls`]: PEM material and rustls client configurations.
 
 pub mod identity;
+pub mod stream;
 pub mod tls;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
 pub use identity::{certificate_identity, CertificateIdentity, Identity, Role};
+pub use stream::{StreamIo, UpgradedStream};
 pub use tls::{KeyPair, ServerCheck, TlsClientOptions, TlsError};
 
 /// A boxed future, so that `Transport` can be used as a trait object.
@@ -53,6 +57,9 @@ pub enum TransportError {
     /// The exchange failed midway.
     #[error("transport failure: {0}")]
     Failed(String),
+    /// An upgrade ([`Transport::upgrade`]) was answered with this status instead of `101`.
+    #[error("the peer answered HTTP {0} instead of switching protocols")]
+    NotSwitched(u16),
 }
 
 /// Sends one HTTP request and returns the whole response, within `timeout`.
@@ -78,6 +85,23 @@ pub trait Transport: Send + Sync + 'static {
             Ok(answer.map(|body| {
                 Box::pin(futures_util::stream::once(async move { Ok(body) })) as BodyStream
             }))
+        })
+    }
+
+    /// Sends `request`, an HTTP/1.1 upgrade request without a body, on a connection of its
+    /// own, and returns that connection once the server has switched protocols (`101`). The
+    /// connection set-up is bounded as for [`Transport::send`], the upgrade by `timeout`. The
+    /// default opens no streams.
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<UpgradedStream, TransportError>> {
+        let _ = (request, timeout);
+        Box::pin(async {
+            Err(TransportError::Failed(
+                "this transport opens no streams".into(),
+            ))
         })
     }
 }
@@ -120,6 +144,9 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ReqwestTransport {
     client: reqwest::Client,
     response_bytes_max: usize,
+    /// What [`Transport::upgrade`]'s own connections use.
+    tls: Arc<rustls::ClientConfig>,
+    connect_timeout: Duration,
 }
 
 impl ReqwestTransport {
@@ -140,12 +167,14 @@ impl ReqwestTransport {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .http1_only()
-            .tls_backend_preconfigured(tls)
+            .tls_backend_preconfigured(tls.clone())
             .build()
             .map_err(|e| TransportError::Failed(e.to_string()))?;
         Ok(Self {
             client,
             response_bytes_max: options.response_bytes_max,
+            tls: Arc::new(tls),
+            connect_timeout: options.connect_timeout,
         })
     }
 }
@@ -231,6 +260,19 @@ impl Transport for ReqwestTransport {
                 .body(Box::pin(pieces) as BodyStream)
                 .map_err(|e| TransportError::Failed(e.to_string()))
         })
+    }
+
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<UpgradedStream, TransportError>> {
+        Box::pin(stream::connect_and_upgrade(
+            request,
+            &self.tls,
+            self.connect_timeout,
+            timeout,
+        ))
     }
 }
 
@@ -374,5 +416,14 @@ impl Transport for PeerTransport {
     ) -> BoxFuture<'_, Result<http::Response<BodyStream>, TransportError>> {
         let client = self.client_of(&request);
         Box::pin(async move { client?.send_streamed(request, timeout).await })
+    }
+
+    fn upgrade(
+        &self,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<UpgradedStream, TransportError>> {
+        let client = self.client_of(&request);
+        Box::pin(async move { client?.upgrade(request, timeout).await })
     }
 }

@@ -85,6 +85,7 @@ pub(crate) fn routes() -> Vec<Route> {
         route("POST", "/raft/append", Access::Peer, doc("Raft AppendEntries.", None, peer_rpc(), peer_rpc()), post(raft_api::append)),
         route("POST", "/raft/vote", Access::Peer, doc("Raft RequestVote.", None, peer_rpc(), peer_rpc()), post(raft_api::vote)),
         route("POST", "/raft/snapshot", Access::Peer, doc("Raft InstallSnapshot.", None, peer_rpc(), peer_rpc()), post(raft_api::snapshot)),
+        route("POST", "/raft/stream", Access::Peer, doc("Upgrades the connection to the append stream (`upgrade: chainstore-raft-append/1`): AppendEntries as frames, one connection per leader and follower.", None, Content::None, peer_rpc()), post(raft_api::stream)),
         route("POST", "/raft/elect", Access::Peer, doc("A leader handing its leadership over asks this member to campaign.", None, peer_rpc(), peer_rpc()), post(raft_api::elect)),
     ]
 }
