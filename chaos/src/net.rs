@@ -40,15 +40,22 @@ pub async fn serve(router: axum::Router) -> std::io::Result<()> {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SimTransport;
 
-async fn exchange(request: http::Request<Bytes>) -> Result<http::Response<Bytes>, TransportError> {
+/// A new turmoil connection to `request`'s host.
+async fn connect(
+    request: &http::Request<Bytes>,
+) -> Result<turmoil::net::TcpStream, TransportError> {
     let authority = request
         .uri()
         .authority()
         .map(|a| a.to_string())
         .ok_or_else(|| TransportError::Failed("the URL has no host".into()))?;
-    let stream = turmoil::net::TcpStream::connect(authority.as_str())
+    turmoil::net::TcpStream::connect(authority.as_str())
         .await
-        .map_err(|e| TransportError::Unreachable(format!("{authority}: {e}")))?;
+        .map_err(|e| TransportError::Unreachable(format!("{authority}: {e}")))
+}
+
+async fn exchange(request: http::Request<Bytes>) -> Result<http::Response<Bytes>, TransportError> {
+    let stream = connect(&request).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| TransportError::Failed(e.to_string()))?;
@@ -90,14 +97,7 @@ impl Transport for SimTransport {
     ) -> BoxFuture<'_, Result<UpgradedStream, TransportError>> {
         Box::pin(async move {
             let upgrade = async {
-                let authority = request
-                    .uri()
-                    .authority()
-                    .map(|a| a.to_string())
-                    .ok_or_else(|| TransportError::Failed("the URL has no host".into()))?;
-                let stream = turmoil::net::TcpStream::connect(authority.as_str())
-                    .await
-                    .map_err(|e| TransportError::Unreachable(format!("{authority}: {e}")))?;
+                let stream = connect(&request).await?;
                 let stream = chainstore_transport::stream::upgrade_on(stream, &request).await?;
                 Ok(Box::new(stream) as UpgradedStream)
             };

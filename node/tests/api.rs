@@ -939,23 +939,11 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
 
 /// How many AppendEntries RPCs node `id` answered over an append stream and as HTTP requests.
 async fn append_rpcs_received(c: &Cluster, id: u64) -> (u64, u64) {
-    let text = c
-        .http
-        .get(c.url(id, "/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    let count = |via: &str| -> u64 {
-        let series = format!("chainstore_raft_append_rpcs_received_total{{via=\"{via}\"}} ");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&series))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("node {id} has no {series:?}:\n{text}"))
-    };
-    (count("stream"), count("http"))
+    let series = |via: &str| format!("chainstore_raft_append_rpcs_received_total{{via=\"{via}\"}}");
+    (
+        c.counter(&c.http, id, &series("stream")).await,
+        c.counter(&c.http, id, &series("http")).await,
+    )
 }
 
 /// Waits until node `id` has answered AppendEntries over a stream, then returns its counts.

@@ -22,19 +22,8 @@ const WRITERS: usize = 4;
 
 /// The count of TLS reloads of `outcome` node `id` reports.
 async fn reloads(client: &reqwest::Client, c: &Cluster, id: u64, outcome: &str) -> u64 {
-    let text = client
-        .get(c.url(id, "/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let series = format!("chainstore_tls_reloads_total{{outcome=\"{outcome}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("the reload series")
+    let series = format!("chainstore_tls_reloads_total{{outcome=\"{outcome}\"}}");
+    c.counter(client, id, &series).await
 }
 
 async fn wait_reloads(

@@ -426,29 +426,11 @@ async fn only_members_with_the_clusters_certificates_can_vote_append_or_install_
     // follower over an append stream, opened with the leader's certificate (the first ones may
     // go as HTTP requests while it opens).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let metrics = c
-            .http
-            .get(c.url(target, "/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics text");
-        let streamed: u64 = metrics
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("chainstore_raft_append_rpcs_received_total{via=\"stream\"} ")
-            })
-            .and_then(|v| v.trim().parse().ok())
-            .expect("the stream series");
-        if streamed > 0 {
-            break;
-        }
+    let series = "chainstore_raft_append_rpcs_received_total{via=\"stream\"}";
+    while c.counter(&c.http, target, series).await == 0 {
         assert!(
             std::time::Instant::now() < deadline,
-            "no AppendEntries came over a stream:\n{metrics}"
+            "no AppendEntries came to node {target} over a stream"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

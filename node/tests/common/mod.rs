@@ -381,6 +381,24 @@ impl Cluster {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// The value of the counter `series` (name and labels, as exposed) in node `id`'s metrics,
+    /// read with `client`.
+    pub async fn counter(&self, client: &reqwest::Client, id: u64, series: &str) -> u64 {
+        let text = client
+            .get(self.url(id, "/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("node {id} has no {series:?}:\n{text}"))
+    }
+
     pub async fn post(&self, id: u64, path: &str, body: &Value) -> (u16, Value) {
         let response = self
             .http
