@@ -152,6 +152,10 @@ pub struct NodeConfig {
     /// Where the Raft log's fsyncs run: on a thread of their own by default (group commit, off
     /// the async workers); the simulation runs them on a task.
     pub log_flush: LogFlush,
+    /// Whether the leader sends its new entries to its followers while it makes them durable
+    /// itself ([`crate::eager`]). Off by default until the whole simulation suite has run with
+    /// it; off, the followers get them from replication, after the leader's fsync.
+    pub eager_appends: bool,
 }
 
 impl NodeConfig {
@@ -167,6 +171,7 @@ impl NodeConfig {
             raft: RaftTimings::default(),
             snapshot_dir: None,
             log_flush: LogFlush::default(),
+            eager_appends: false,
         }
     }
 

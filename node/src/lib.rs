@@ -25,6 +25,7 @@
 mod api;
 mod bootstrap;
 mod config;
+mod eager;
 mod latch;
 mod metrics;
 mod network;

@@ -140,6 +140,8 @@ const GUARDED_OUTCOMES: &[&str] = &[
 
 const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
 const APPEND_RPC_PATHS: &[&str] = &["stream", "http"];
+/// What became of an entry a leader sent a follower ahead of its own fsync.
+pub const EAGER_OUTCOMES: &[&str] = &["stored", "refused", "busy", "no_stream", "failed"];
 const REQUEST_CLASSES: &[&str] = &["client", "peer"];
 const READ_STAGES: &[&str] = &["read", "confirmation"];
 
@@ -151,6 +153,7 @@ pub struct Metrics {
     populates: Labelled,
     rebuilds: Labelled,
     append_rpcs: Labelled,
+    eager_appends: Labelled,
     guarded_reads: Labelled,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
@@ -218,6 +221,17 @@ impl Default for Metrics {
             "via",
             APPEND_RPC_PATHS,
         );
+        let eager_appends = Labelled::register(
+            &mut r,
+            "chainstore_raft_eager_appends",
+            "Appends this leader sent a follower while making them durable itself, by outcome: \
+             stored (the follower has them), refused (it answered a conflict or a higher vote), \
+             busy (one was still under way to that follower), no_stream (no idle append \
+             stream), failed. Replication sends every entry anyway: these only start the \
+             follower's write early.",
+            "outcome",
+            EAGER_OUTCOMES,
+        );
         let guarded_reads = Labelled::register(
             &mut r,
             "chainstore_guarded_reads",
@@ -272,6 +286,7 @@ impl Default for Metrics {
             populates,
             rebuilds,
             append_rpcs,
+            eager_appends,
             guarded_reads,
             sync_seconds,
             apply_seconds,
@@ -347,6 +362,11 @@ impl Metrics {
     /// Counts one AppendEntries RPC answered, `via` "stream" or "http".
     pub fn record_append_rpc(&self, via: &'static str) {
         self.append_rpcs.inc(via);
+    }
+
+    /// Counts one eager append's outcome (one of [`EAGER_OUTCOMES`]).
+    pub fn record_eager_append(&self, outcome: &'static str) {
+        self.eager_appends.inc(outcome);
     }
 
     /// Counts one guarded read answer.

@@ -341,6 +341,29 @@ impl PeerClient {
         }
     }
 
+    /// Sends `body`, an append request's binary framing, over an idle append stream of the
+    /// pool and nothing else (none idle: one is opened in the background and nothing is sent),
+    /// within `ttl`; what the follower answered, as one of [`crate::metrics::EAGER_OUTCOMES`].
+    /// Nothing is told to openraft: the answer only says whether the follower stored the
+    /// entries early.
+    pub(crate) async fn eager_append(&mut self, body: &[u8], ttl: Duration) -> &'static str {
+        let Some(exchanged) = self.stream_exchange(body, &RPCOption::new(ttl)).await else {
+            return "no_stream";
+        };
+        let Ok(answer) = exchanged else {
+            return "failed";
+        };
+        match serde_json::from_slice::<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>>(
+            &answer,
+        ) {
+            Ok(Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) => {
+                "stored"
+            }
+            Ok(_) => "refused",
+            Err(_) => "failed",
+        }
+    }
+
     /// Logs a failed exchange, once per interval: an unreachable peer, a peer whose certificate
     /// names someone else, a peer that refuses this node's credential.
     fn log_failure(&mut self, err: &ExchangeError) {

@@ -205,7 +205,13 @@ impl Node {
         ));
         let entry_bytes_max = store_config.populate_batch_bytes_max;
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
-        let log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
+        let mut log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
+        let mut announced = None;
+        if config.eager_appends {
+            let (to, from) = tokio::sync::mpsc::channel(crate::eager::QUEUE);
+            log_store = log_store.announce_appends(config.id, to);
+            announced = Some(from);
+        }
         let state_machine = match &config.snapshot_dir {
             Some(dir) => StateMachine::with_snapshot_dir(
                 Arc::clone(&store),
@@ -225,9 +231,29 @@ impl Node {
                 .min(config.limits.raft_body_bytes_max),
         );
         let raft_config = Arc::new(config.openraft_config()?);
-        let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            network.clone(),
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        if let Some(announced) = announced {
+            crate::eager::start(
+                config.id,
+                raft.clone(),
+                network,
+                announced,
+                Arc::clone(&metrics),
+                config.raft.heartbeat,
+                config
+                    .limits
+                    .append_rpc_bytes_max
+                    .min(config.limits.raft_body_bytes_max),
+            );
+        }
         let proposer = Proposer::start(
             raft.clone(),
             EntryLimits {

@@ -307,3 +307,95 @@ async fn linearizable_reads_waiting_at_once_share_leadership_confirmations() {
         "{read_count} linearizable reads took {rounds} leadership confirmations"
     );
 }
+
+/// The leader sends a new entry to its followers while its own fsync is under way (eager
+/// appends), and that alone commits nothing: with the leader's sync held back, both followers
+/// store the entry and sync it, yet the client has no answer until the leader's sync is done,
+/// and none of the followers has applied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_store_an_entry_during_the_leaders_fsync_and_only_its_own_replication_commits_it()
+{
+    let c = Cluster::start_with(|config| config.eager_appends = true).await;
+    let leader = c
+        .leader_among(&[1, 2, 3], Duration::from_secs(20))
+        .await
+        .expect("a leader");
+    let (status, body) = c.append(leader, "eager", "a", None).await;
+    assert_eq!(status, 200, "{body}");
+    let index = c.node(leader).raft_metrics().last_log_index.unwrap();
+    applied_everywhere(&c, index).await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let synced_before: Vec<u64> = followers
+        .iter()
+        .map(|id| c.engines[id].syncs_total())
+        .collect();
+    let stored_before = metric(
+        &c,
+        leader,
+        r#"chainstore_raft_eager_appends_total{outcome="stored"}"#,
+    )
+    .await;
+
+    c.engines[&leader].hold_syncs();
+    let url = format!("http://{}/v1/executions/eager/events", c.addrs[&leader]);
+    let http = c.http.clone();
+    let appending = tokio::spawn(async move {
+        let response = http
+            .post(url)
+            .json(&json!({"event_id": "b", "prev_event_id": "a", "payload": {"n": "b"}}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (
+            status,
+            response.json::<Value>().await.unwrap_or(Value::Null),
+        )
+    });
+    // Well within the followers' election timeout (600 ms at least): the held leader sends no
+    // heartbeat meanwhile, but the eager append itself is one.
+    let deadline = Instant::now() + Duration::from_millis(400);
+    let stored = |id: u64, synced_before: u64| {
+        c.node(id)
+            .raft_metrics()
+            .last_log_index
+            .is_some_and(|last| last > index)
+            && c.engines[&id].syncs_total() > synced_before
+    };
+    while !followers
+        .iter()
+        .zip(&synced_before)
+        .all(|(id, before)| stored(*id, *before))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the followers did not store the entry while the leader's fsync was held"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !appending.is_finished(),
+        "an append was answered before the leader's own fsync"
+    );
+    for id in &followers {
+        let applied = c.node(*id).raft_metrics().last_applied.map(|l| l.index);
+        assert_eq!(
+            applied,
+            Some(index),
+            "follower {id} applied an entry that openraft never committed"
+        );
+    }
+    c.engines[&leader].release_syncs();
+    let (status, body) = appending.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let stored_after = metric(
+        &c,
+        leader,
+        r#"chainstore_raft_eager_appends_total{outcome="stored"}"#,
+    )
+    .await;
+    assert!(
+        stored_after >= stored_before + 2,
+        "eager appends stored: {stored_before} before, {stored_after} after"
+    );
+}

@@ -11,12 +11,15 @@
 //! in place. Values are stored sealed with their checksum ([`super::seal`]), so damage reads as
 //! `Corrupted`.
 //!
+//! A test may also hold every sync back ([`MemEngine::hold_syncs`]) to see what happens while
+//! a node's disk has not answered yet.
+//!
 //! Determinism: ordered maps only, no clock, no threads, no randomness. Clones share one store,
 //! so a simulation can hold a handle outside a node and "restart" the node on it.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::{
     seal, unseal, Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp,
@@ -57,6 +60,12 @@ struct State {
 #[derive(Clone, Default)]
 pub struct MemEngine {
     state: Arc<Mutex<State>>,
+    /// While `true`, every sync waits (see [`MemEngine::hold_syncs`]).
+    held: Arc<(Mutex<bool>, Condvar)>,
+}
+
+fn lock_gate(gate: &Mutex<bool>) -> MutexGuard<'_, bool> {
+    gate.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MemEngine {
@@ -156,6 +165,19 @@ impl MemEngine {
         }
         Arc::make_mut(&mut state.current).insert(key.clone(), damaged);
         Some(key)
+    }
+
+    /// Makes every sync from now on wait, blocking its thread, until [`MemEngine::release_syncs`]
+    /// (a disk that takes its time): for tests of what a node does meanwhile, never for the
+    /// simulation, whose syncs run on its only thread.
+    pub fn hold_syncs(&self) {
+        *lock_gate(&self.held.0) = true;
+    }
+
+    /// Lets held syncs, and every later one, go on.
+    pub fn release_syncs(&self) {
+        *lock_gate(&self.held.0) = false;
+        self.held.1.notify_all();
     }
 
     /// Makes every write fail until [`MemEngine::clear_faults`].
@@ -300,6 +322,11 @@ impl Engine for MemEngine {
     }
 
     fn sync(&self) -> Result<(), StorageError> {
+        let mut held = lock_gate(&self.held.0);
+        while *held {
+            held = self.held.1.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(held);
         let mut state = self.lock();
         if fault_fires(&mut state.fail_sync_in) {
             if let Some(keep) = state.fail_sync_keeps.take() {

@@ -4,6 +4,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
+use openraft::raft::AppendEntriesRequest;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
     AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, RaftLogReader, StorageError,
@@ -46,12 +47,31 @@ pub enum LogFlush {
 /// Appends waiting for the fsync that makes them durable.
 type FlushQueue = mpsc::UnboundedSender<LogFlushed<TypeConfig>>;
 
+/// Where a leader's own appends are announced before their fsync ([`LogStore::announce_appends`]).
+struct Announce {
+    /// The node this store belongs to: only the entries it wrote as leader are announced.
+    leader: NodeId,
+    to: mpsc::Sender<AppendEntriesRequest<TypeConfig>>,
+}
+
+/// What an announcement is built from, as this store last wrote or read it.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    /// The last log id (`Some(None)`: an empty log); `None` when unknown (after a truncation),
+    /// then read from the engine when needed.
+    last_log_id: Option<Option<LogId<NodeId>>>,
+}
+
 /// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
 /// clone is the log reader.
 pub struct LogStore<E: ?Sized> {
     engine: Arc<E>,
     /// Where appends wait for their fsync; `None`: the fsync is inline.
     flushing: Option<FlushQueue>,
+    announce: Option<Arc<Announce>>,
+    known: Known,
 }
 
 impl<E: ?Sized> Clone for LogStore<E> {
@@ -59,6 +79,8 @@ impl<E: ?Sized> Clone for LogStore<E> {
         Self {
             engine: Arc::clone(&self.engine),
             flushing: self.flushing.clone(),
+            announce: self.announce.clone(),
+            known: self.known.clone(),
         }
     }
 }
@@ -70,7 +92,26 @@ impl<E: Engine + ?Sized> LogStore<E> {
         Self {
             engine,
             flushing: None,
+            announce: None,
+            known: Known::default(),
         }
+    }
+
+    /// Announces every append of entries that node `leader` (this store's node) wrote as the
+    /// leader of its committed vote, as soon as they are written and BEFORE their fsync: as
+    /// the AppendEntries request a follower needs to store them (this store's vote, the log id
+    /// before them, its last committed id). A leader may send its entries to its followers
+    /// while it makes them durable itself, as Raft allows: nothing counts an entry as
+    /// replicated but openraft's own replication, whose answers alone commit it, and this
+    /// node's vote for it still waits for its fsync. An announcement that finds `to` full is
+    /// dropped (replication sends the entries anyway).
+    pub fn announce_appends(
+        mut self,
+        leader: NodeId,
+        to: mpsc::Sender<AppendEntriesRequest<TypeConfig>>,
+    ) -> Self {
+        self.announce = Some(Arc::new(Announce { leader, to }));
+        self
     }
 
     /// A log store whose appends are made durable as `flush` says (a blocking thread or a task
@@ -103,7 +144,12 @@ impl<E: Engine + ?Sized> LogStore<E> {
                 Some(queue)
             }
         };
-        Self { engine, flushing }
+        Self {
+            engine,
+            flushing,
+            announce: None,
+            known: Known::default(),
+        }
     }
 
     fn read_value<T: DeserializeOwned>(
@@ -129,6 +175,52 @@ impl<E: Engine + ?Sized> LogStore<E> {
         self.engine
             .write_durable(entries_batch(entries)?)
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
+    }
+
+    /// The id of the entry at `index`, or the purged id when it is that one; `None` when the
+    /// log holds neither.
+    fn log_id_at(&self, index: u64) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        let stored = self
+            .engine
+            .get(&keys::log_entry(index))
+            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        if let Some(value) = stored {
+            return Ok(Some(decode_entry(&value)?.log_id));
+        }
+        let purged: Option<LogId<NodeId>> = self.read_value(keys::PURGED, ErrorSubject::Logs)?;
+        Ok(purged.filter(|p| p.index == index))
+    }
+
+    /// Hands `entries`, just written, to the announcement's receiver when this node wrote them
+    /// as the leader of its committed vote and the log id before them is known.
+    fn announce(&self, entries: &[Entry<TypeConfig>]) {
+        let (Some(announce), Some(vote), Some(first)) =
+            (&self.announce, &self.known.vote, entries.first())
+        else {
+            return;
+        };
+        let led_by_vote = vote.is_committed()
+            && vote.leader_id().voted_for() == Some(announce.leader)
+            && entries
+                .iter()
+                .all(|e| e.log_id.leader_id == *vote.leader_id());
+        if !led_by_vote || announce.to.capacity() == 0 {
+            return;
+        }
+        let prev_log_id = match (first.log_id.index.checked_sub(1), &self.known.last_log_id) {
+            (None, _) => None,
+            (Some(prev), Some(Some(last))) if last.index == prev => Some(*last),
+            (Some(prev), _) => match self.log_id_at(prev) {
+                Ok(Some(id)) => Some(id),
+                _ => return,
+            },
+        };
+        let _ = announce.to.try_send(AppendEntriesRequest {
+            vote: *vote,
+            prev_log_id,
+            entries: entries.to_vec(),
+            leader_commit: self.known.committed,
+        });
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -287,6 +379,7 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         let last_purged_log_id: Option<LogId<NodeId>> =
             self.read_value(keys::PURGED, ErrorSubject::Logs)?;
         let last_log_id = self.last_entry_id()?.or(last_purged_log_id);
+        self.known.last_log_id = Some(last_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -300,13 +393,18 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut batch = WriteBatch::new();
         stage_vote(&mut batch, vote)?;
+        self.known.vote = None;
         self.engine
             .write_durable(batch)
-            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
+            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))?;
+        self.known.vote = Some(*vote);
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.read_value(keys::VOTE, ErrorSubject::Vote)
+        let vote = self.read_value(keys::VOTE, ErrorSubject::Vote)?;
+        self.known.vote = vote;
+        Ok(vote)
     }
 
     async fn save_committed(
@@ -319,13 +417,17 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         batch.put(keys::COMMITTED, encode(&committed, ErrorSubject::Store)?);
         self.engine
             .write(batch)
-            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
+        self.known.committed = committed;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self
+        let committed = self
             .read_value::<Option<LogId<NodeId>>>(keys::COMMITTED, ErrorSubject::Store)?
-            .flatten())
+            .flatten();
+        self.known.committed = committed;
+        Ok(committed)
     }
 
     async fn append<I>(
@@ -337,20 +439,28 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let last = entries.last().map(|e| e.log_id);
         // Durable before the callback: openraft counts this node's vote for the entries only
         // once they survive a crash.
         let Some(flushing) = &self.flushing else {
             let written = self.write_entries(entries);
+            self.known.last_log_id = written.is_ok().then_some(last).flatten().map(Some);
             callback.log_io_completed(io_outcome(&written));
             return written;
         };
         // Written (readable, as openraft needs once this returns) but not yet synced: the
-        // flusher's next fsync makes them durable and only then calls back.
-        let written = entries_batch(entries).and_then(|batch| {
+        // flusher's next fsync makes them durable and only then calls back. Meanwhile a leader
+        // announces them, so its followers store them while it syncs.
+        let written = entries_batch(entries.iter().cloned()).and_then(|batch| {
             self.engine
                 .write(batch)
                 .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
         });
+        if written.is_ok() {
+            self.announce(&entries);
+        }
+        self.known.last_log_id = written.is_ok().then_some(last).flatten().map(Some);
         match written {
             Ok(()) => {
                 if let Err(unsent) = flushing.send(callback) {
@@ -374,6 +484,7 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut batch = WriteBatch::new();
         batch.delete_range(keys::log_entry(log_id.index), keys::log_end());
+        self.known.last_log_id = None;
         self.engine
             .write_durable(batch)
             .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))
