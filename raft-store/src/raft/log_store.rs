@@ -259,14 +259,15 @@ pub(crate) fn stage_purge(
 }
 
 /// The log entries `entries` as one batch.
-fn entries_batch(
-    entries: impl IntoIterator<Item = Entry<TypeConfig>>,
+fn entries_batch<T: std::borrow::Borrow<Entry<TypeConfig>>>(
+    entries: impl IntoIterator<Item = T>,
 ) -> Result<WriteBatch, StorageError<NodeId>> {
     let mut batch = WriteBatch::new();
     for entry in entries {
+        let entry = entry.borrow();
         batch.put(
             keys::log_entry(entry.log_id.index),
-            entry_codec::encode_entry(&entry)
+            entry_codec::encode_entry(entry)
                 .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?,
         );
     }
@@ -452,7 +453,7 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         // Written (readable, as openraft needs once this returns) but not yet synced: the
         // flusher's next fsync makes them durable and only then calls back. Meanwhile a leader
         // announces them, so its followers store them while it syncs.
-        let written = entries_batch(entries.iter().cloned()).and_then(|batch| {
+        let written = entries_batch(&entries).and_then(|batch| {
             self.engine
                 .write(batch)
                 .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
