@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::net::{SimTransport, NODE_PORT};
 use crate::rng::SimRng;
 use crate::world::{
-    check_genesis, check_log, Floor, GenesisModel, LogModel, Phase, ReplicatedModel, Shared,
+    check_genesis, check_log, now_ms, Floor, GenesisModel, LogModel, Phase, ReplicatedModel, Shared,
 };
 
 /// Where a node is reached.
@@ -428,10 +428,11 @@ pub async fn populator(
         // Coverage never shrinks under one root: looked at right after every populate, which is
         // when a write could have lowered it.
         if !world.borrow().logs[&name].damaged {
+            let started = now_ms();
             if let Ok(state) = client.state(&exec(&name), ReadOptions::default()).await {
                 world
                     .borrow_mut()
-                    .observe_coverage(actor, &name, state.coverage);
+                    .observe_coverage(actor, &name, started, state.coverage);
             }
         }
         pause(&mut rng, 10, 80).await;
@@ -628,13 +629,14 @@ pub async fn reader(world: Shared, nodes: Vec<u64>, mut rng: SimRng) -> turmoil:
             w.logs.get(&name).is_some_and(|m| !m.damaged)
         };
         if linearizable && clean_log {
+            let started = now_ms();
             if let Ok(state) = per_node[&node]
                 .state(&exec(&name), ReadOptions::default())
                 .await
             {
                 world
                     .borrow_mut()
-                    .observe_coverage(actor, &name, state.coverage);
+                    .observe_coverage(actor, &name, started, state.coverage);
             }
         }
         pause(&mut rng, 10, 40).await;

@@ -92,8 +92,9 @@ pub struct LogModel {
     pub synced_len: usize,
     /// Whether damaged logs (forks, extra roots, cycles) are sent to this execution.
     pub damaged: bool,
-    /// The last coverage seen by a linearizable read (clean executions only).
-    pub last_coverage: Option<Coverage>,
+    /// The coverage linearizable reads returned (clean executions only), with when each
+    /// returned (simulated milliseconds); the latest 64.
+    pub observed_coverage: Vec<(u64, Coverage)>,
     /// Lengths of the clean logs ever sent. A populate makes its log servable whole or not at
     /// all, so an authoritative answer always has one of these lengths; any other is a populate
     /// served half-done.
@@ -152,22 +153,44 @@ impl World {
     }
 
     /// Records the coverage a linearizable read of the clean log execution `name` returned, and
-    /// checks it did not shrink under the same root since the last one.
-    pub fn observe_coverage(&mut self, actor: &str, name: &str, coverage: Option<Coverage>) {
-        let previous = self.logs.get(name).and_then(|m| m.last_coverage.clone());
-        if let (Some(before), Some(now)) = (&previous, &coverage) {
-            if before.root_event_id == now.root_event_id && now.total < before.total {
-                self.violation(
-                    actor,
-                    format!(
-                        "{name}: coverage shrank from {} to {} under one root",
-                        before.total, now.total
-                    ),
-                );
-            }
+    /// checks it did not shrink under the same root: a read that started at `started_ms` sees
+    /// no less than any read that returned before it started (a read overlapping a populate, or
+    /// another read, may see the coverage from before it).
+    pub fn observe_coverage(
+        &mut self,
+        actor: &str,
+        name: &str,
+        started_ms: u64,
+        coverage: Option<Coverage>,
+    ) {
+        let Some(now) = coverage else { return };
+        let returned_ms = now_ms();
+        let shrunk = self.logs.get(name).and_then(|m| {
+            m.observed_coverage
+                .iter()
+                .filter(|(returned, before)| {
+                    *returned < started_ms
+                        && before.root_event_id == now.root_event_id
+                        && now.total < before.total
+                })
+                .map(|(_, before)| before.total)
+                .max()
+        });
+        if let Some(before) = shrunk {
+            self.violation(
+                actor,
+                format!(
+                    "{name}: coverage shrank from {before} to {} under one root",
+                    now.total
+                ),
+            );
         }
-        if let (Some(model), Some(now)) = (self.logs.get_mut(name), coverage) {
-            model.last_coverage = Some(now);
+        if let Some(model) = self.logs.get_mut(name) {
+            model.observed_coverage.push((returned_ms, now));
+            // Older observations are covered by the newer ones of the same root.
+            if model.observed_coverage.len() > 64 {
+                model.observed_coverage.remove(0);
+            }
         }
     }
 }

@@ -152,10 +152,6 @@ pub struct NodeConfig {
     /// Where the Raft log's fsyncs run: on a thread of their own by default (group commit, off
     /// the async workers); the simulation runs them on a task.
     pub log_flush: LogFlush,
-    /// Whether the leader sends its new entries to its followers while it makes them durable
-    /// itself ([`crate::eager`]). Off by default until the whole simulation suite has run with
-    /// it; off, the followers get them from replication, after the leader's fsync.
-    pub eager_appends: bool,
 }
 
 impl NodeConfig {
@@ -171,7 +167,6 @@ impl NodeConfig {
             raft: RaftTimings::default(),
             snapshot_dir: None,
             log_flush: LogFlush::default(),
-            eager_appends: false,
         }
     }
 
@@ -196,6 +191,15 @@ impl NodeConfig {
             enable_tick: true,
             enable_heartbeat: true,
             enable_elect: true,
+            // A follower whose timer fires first asks whether the others would vote before it
+            // raises its term: one with a shorter log, or one cut off and back, cannot disrupt
+            // a leader or hold up an election.
+            enable_pre_vote: Some(true),
+            // A restarted leader campaigns like any node. Resuming its leadership without a vote
+            // is unsafe here: applies and the committed id are not synced (the log is the
+            // durable record), so it could lead with a state machine missing entries it had
+            // committed, and evaluate writes against it.
+            enable_leader_restore: Some(false),
             ..Default::default()
         };
         config.validate()

@@ -25,7 +25,6 @@
 mod api;
 mod bootstrap;
 mod config;
-mod eager;
 mod latch;
 mod metrics;
 mod network;
@@ -33,7 +32,6 @@ mod node;
 mod proposer;
 mod raft_api;
 mod raft_stream;
-mod read_rounds;
 mod security;
 mod server;
 mod tls;
@@ -46,8 +44,8 @@ pub use chainstore_transport::{
     ReqwestTransport, Role, Transport, TransportError, TransportOptions,
 };
 pub use config::{Limits, NodeConfig, RaftTimings};
-pub use network::{decode_snapshot_chunk, encode_snapshot_chunk};
-pub use node::{Consistency, ElectRequest, HandOff, Leader, Node, StartError};
+pub use network::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
+pub use node::{Consistency, HandOff, Leader, Node, NodeMetrics, NodeRaft, StartError};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};
 pub use server::{serve, ServeOptions};
 pub use tls::{NodeTls, Reloaded, TlsFiles};

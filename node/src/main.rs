@@ -139,10 +139,6 @@ struct Options {
     /// requests, in milliseconds (default 10000).
     #[arg(long, env = "CHAINSTORE_HEADER_READ_TIMEOUT_MS")]
     header_read_timeout_ms: Option<u64>,
-    /// Send new entries to the followers while the leader makes them durable itself, so that
-    /// the leader's and the followers' fsyncs overlap (off by default).
-    #[arg(long, env = "CHAINSTORE_EAGER_APPENDS")]
-    eager_appends: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -293,7 +289,6 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         tokens,
         insecure_no_client_auth,
     };
-    node.eager_appends = o.eager_appends;
     let tls_reload_poll = Duration::from_millis(o.tls_reload_poll_ms.unwrap_or(10_000).max(100));
     let timings = &mut node.raft;
     if let Some(ms) = o.heartbeat_ms {

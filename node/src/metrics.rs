@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicI64;
 
-use openraft::{BasicNode, RaftMetrics, ServerState};
+use openraft::{RaftMetrics, ServerState};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -141,9 +141,8 @@ const GUARDED_OUTCOMES: &[&str] = &[
 const TLS_RELOAD_OUTCOMES: &[&str] = &["ok", "error"];
 const APPEND_RPC_PATHS: &[&str] = &["stream", "http"];
 /// What became of an entry a leader sent a follower ahead of its own fsync.
-pub const EAGER_OUTCOMES: &[&str] = &["stored", "refused", "busy", "no_stream", "failed"];
 const REQUEST_CLASSES: &[&str] = &["client", "peer"];
-const READ_STAGES: &[&str] = &["read", "confirmation"];
+const READ_STAGES: &[&str] = &["read"];
 
 /// The node's metrics.
 pub struct Metrics {
@@ -153,7 +152,6 @@ pub struct Metrics {
     populates: Labelled,
     rebuilds: Labelled,
     append_rpcs: Labelled,
-    eager_appends: Labelled,
     guarded_reads: Labelled,
     sync_seconds: Histogram,
     apply_seconds: Histogram,
@@ -221,17 +219,6 @@ impl Default for Metrics {
             "via",
             APPEND_RPC_PATHS,
         );
-        let eager_appends = Labelled::register(
-            &mut r,
-            "chainstore_raft_eager_appends",
-            "Appends this leader sent a follower while making them durable itself, by outcome: \
-             stored (the follower has them), refused (it answered a conflict or a higher vote), \
-             busy (one was still under way to that follower), no_stream (no idle append \
-             stream), failed. Replication sends every entry anyway: these only start the \
-             follower's write early.",
-            "outcome",
-            EAGER_OUTCOMES,
-        );
         let guarded_reads = Labelled::register(
             &mut r,
             "chainstore_guarded_reads",
@@ -268,9 +255,8 @@ impl Default for Metrics {
         let linearizable = Labelled::register(
             &mut r,
             "chainstore_linearizable_reads",
-            "Linearizable read barriers asked for here (read), and the leadership \
-             confirmations that served them (confirmation): reads arriving while one is in \
-             flight share the next.",
+            "Linearizable read barriers asked for here (read). Reads waiting at once share \
+             the heartbeats that confirm the leadership they rely on.",
             "stage",
             READ_STAGES,
         );
@@ -286,7 +272,6 @@ impl Default for Metrics {
             populates,
             rebuilds,
             append_rpcs,
-            eager_appends,
             guarded_reads,
             sync_seconds,
             apply_seconds,
@@ -364,11 +349,6 @@ impl Metrics {
         self.append_rpcs.inc(via);
     }
 
-    /// Counts one eager append's outcome (one of [`EAGER_OUTCOMES`]).
-    pub fn record_eager_append(&self, outcome: &'static str) {
-        self.eager_appends.inc(outcome);
-    }
-
     /// Counts one guarded read answer.
     pub fn record_guarded(&self, answer: &GuardedPage) {
         self.guarded_reads.inc(match answer {
@@ -402,11 +382,6 @@ impl Metrics {
         self.linearizable.inc("read");
     }
 
-    /// Counts one leadership confirmation run for linearizable reads.
-    pub fn record_leadership_confirmation(&self) {
-        self.linearizable.inc("confirmation");
-    }
-
     /// Sets when the certificate in service expires.
     pub fn set_tls_not_after(&self, not_after_unix: Option<i64>) {
         self.tls_not_after_unix.set(not_after_unix.unwrap_or(0));
@@ -423,7 +398,11 @@ impl Metrics {
     }
 
     /// The exposition ([`CONTENT_TYPE`]), Raft state included.
-    pub fn render(&self, node_id: NodeId, raft: &RaftMetrics<NodeId, BasicNode>) -> String {
+    pub fn render(
+        &self,
+        node_id: NodeId,
+        raft: &RaftMetrics<raft_store::raft::TypeConfig>,
+    ) -> String {
         let as_gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
         self.raft.node_id.set(as_gauge(node_id));
         self.raft.term.set(as_gauge(raft.current_term));

@@ -1,42 +1,44 @@
 //! The Raft network: openraft's RPCs as HTTP POSTs to `/raft/*` through a [`Transport`], each
 //! carrying this node's peer credential ([`PeerCredentials`]) and bounded by openraft's deadline.
 //!
-//! An append RPC is bounded in bytes as well as entries: one whose encoding exceeds
-//! `append_bytes_max`, or a large one that the peer refuses with 413, that breaks off midway or
-//! that cannot finish within openraft's deadline (one heartbeat interval), is answered with
-//! openraft's `PayloadTooLarge` and a smaller entry count, so that replication splits the range
-//! instead of resending it forever. A single entry cannot be split: it must cross within the
-//! deadline (entries are bounded by the request body limit).
+//! An append RPC is bounded in bytes as well as entries: a range whose encoding exceeds the
+//! byte bound is sent in part (a prefix that fits, one entry at least) and answered with
+//! openraft's `PartialSuccess` up to the last entry sent, so replication continues from there.
+//! The bound starts at `append_bytes_max`; a large append that the peer refuses with 413, that
+//! breaks off midway or that does not finish within its deadline (one heartbeat interval)
+//! halves it for the next ones, and appends that cross raise it again. A single entry cannot be
+//! split: it must cross within the deadline (entries are bounded by the request body limit).
 //!
 //! An append travels in its binary framing (`raft_store::raft::rpc_codec`: the entries in the
-//! log's own format); the receiver still reads JSON from a peer of an earlier build. A vote
-//! travels as JSON. A snapshot chunk travels as
-//! `header_len u32 BE ++ JSON header (the request without its data) ++ raw data`, so the
-//! chunk's bytes are not inflated into a JSON array.
+//! log's own format). Votes, pre-votes and leadership transfers travel as JSON. A snapshot
+//! travels in chunks read from its file, each
+//! `header_len u32 BE ++ JSON header (vote, meta, offset, done) ++ raw data`, so the chunk's
+//! bytes are not inflated into a JSON array; the receiver writes them into a file of its own and
+//! installs it when the last chunk arrives.
 
+use std::future::Future;
+use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+use openraft::errors::{
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use raft_store::raft::rpc_codec::encode_append_request;
-use raft_store::raft::{NodeId, TypeConfig};
+use raft_store::raft::{NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
 use raft_store::api::headers::CLUSTER_SECRET;
 
-use crate::raft_stream::{self, ClientStream, StreamPool};
+use crate::raft_stream::{self, ClientStream};
 use crate::security::{PeerAuth, Secret};
 
 /// How this node addresses a request to a peer: over TLS, the peer named by [`ExpectPeer`]
@@ -88,7 +90,6 @@ pub struct Network {
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
     append_bytes_max: usize,
-    streams: Arc<StreamPool>,
 }
 
 impl Network {
@@ -103,7 +104,6 @@ impl Network {
             transport,
             credentials,
             append_bytes_max,
-            streams: Arc::default(),
         }
     }
 }
@@ -118,8 +118,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             transport: Arc::clone(&self.transport),
             credentials: self.credentials.clone(),
             append_bytes_max: self.append_bytes_max,
+            append_bytes: self.append_bytes_max,
             last_logged: None,
-            streams: Arc::clone(&self.streams),
+            stream: None,
+            opening: None,
+            next_open_at: None,
         }
     }
 }
@@ -131,11 +134,21 @@ pub struct PeerClient {
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
     append_bytes_max: usize,
+    /// The byte bound of the next append: `append_bytes_max`, or less after large appends
+    /// failed (see the module's documentation).
+    append_bytes: usize,
     /// When a failure to reach the peer was last logged (at most one line per
     /// [`UNREACHABLE_LOG_INTERVAL`], however often openraft retries).
     last_logged: Option<tokio::time::Instant>,
-    /// The node's append streams ([`crate::raft_stream`]).
-    streams: Arc<StreamPool>,
+    /// This client's append stream to the peer ([`crate::raft_stream`]), kept between RPCs.
+    /// openraft keeps one client per peer for replication and one for heartbeats (which also
+    /// confirm linearizable reads), each for as long as it leads: each has a connection of its
+    /// own, and neither waits behind the other.
+    stream: Option<ClientStream>,
+    /// The stream being opened in the background, if one is.
+    opening: Option<tokio::sync::oneshot::Receiver<ClientStream>>,
+    /// No stream is opened before then (the last attempt failed).
+    next_open_at: Option<tokio::time::Instant>,
 }
 
 /// The longest answer read from an append stream (an answer is a few hundred bytes of JSON).
@@ -184,34 +197,24 @@ impl PeerClient {
     }
 
     /// Sends one RPC and decodes the peer's `Result`, classifying failures the way openraft's
-    /// back-off expects: an unreachable peer is `Unreachable`; a 413 is `PayloadTooLarge` with
-    /// `smaller` entries when the RPC can be split; everything else `Network`.
-    async fn call<Resp, Err>(
+    /// back-off expects: an unreachable peer, or a peer whose Raft has stopped, is
+    /// `Unreachable` (retried after a back-off); everything else `Network` (retried at once).
+    async fn call<Resp: DeserializeOwned>(
         &mut self,
         path: &str,
         body: Bytes,
         option: &RPCOption,
-        smaller: Option<u64>,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, Err>>
-    where
-        Resp: DeserializeOwned,
-        Err: std::error::Error + DeserializeOwned,
-    {
+    ) -> Result<Resp, RPCError<TypeConfig>> {
         let exchanged = self.exchange(path, body, option).await;
-        self.answer(exchanged, smaller)
+        self.answer(exchanged)
     }
 
     /// Decodes the peer's `Result` from an exchange's outcome, classifying failures the way
     /// [`PeerClient::call`] says.
-    fn answer<Resp, Err>(
+    fn answer<Resp: DeserializeOwned>(
         &mut self,
         exchanged: Result<Bytes, ExchangeError>,
-        smaller: Option<u64>,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, Err>>
-    where
-        Resp: DeserializeOwned,
-        Err: std::error::Error + DeserializeOwned,
-    {
+    ) -> Result<Resp, RPCError<TypeConfig>> {
         if let Err(err) = &exchanged {
             self.log_failure(err);
         }
@@ -220,41 +223,44 @@ impl PeerClient {
             Err(ExchangeError::Transport(err @ TransportError::Unreachable(_))) => {
                 return Err(RPCError::Unreachable(Unreachable::new(&err)))
             }
-            Err(err) => {
-                // A peer that refuses the size answers 413 when it reads the request head first,
-                // but the sender may see only the connection close under the upload; a range
-                // too large to arrive within the deadline times out. Either way, send less.
-                let too_large = matches!(
-                    err,
-                    ExchangeError::Status { status: 413, .. }
-                        | ExchangeError::Transport(
-                            TransportError::Failed(_) | TransportError::Timeout(_)
-                        )
-                );
-                if let (true, Some(entries)) = (too_large, smaller) {
-                    return Err(RPCError::PayloadTooLarge(
-                        PayloadTooLarge::new_entries_hint(entries),
-                    ));
-                }
-                return Err(RPCError::Network(NetworkError::new(&err)));
-            }
+            Err(err) => return Err(RPCError::Network(NetworkError::new(&err))),
         };
-        let decoded: Result<Resp, Err> = serde_json::from_slice(&answer)
+        let decoded: Result<Resp, RaftError<TypeConfig>> = serde_json::from_slice(&answer)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        decoded.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
 
-    /// Sends one append request (its binary framing) over an idle append stream of the pool.
-    /// `None` when there is none: then this request goes as an HTTP request while a stream is
+    /// Sends one append request (its binary framing) over this client's append stream.
+    /// `None` when it has none: then this request goes as an HTTP request while a stream is
     /// opened in the background for the next ones (opening one takes a connection and an
     /// upgrade: more round trips than one RPC's deadline allows on a slow link). A stream that
-    /// fails is closed and the request sent on the next one (the peer may have restarted since
-    /// the stream last served: an AppendEntries may be repeated).
+    /// fails or misses the deadline is closed (its state is unknown) and the next RPC opens
+    /// another.
     async fn stream_exchange(
         &mut self,
         body: &[u8],
         option: &RPCOption,
     ) -> Option<Result<Bytes, ExchangeError>> {
+        if self.stream.is_none() {
+            if let Some(opening) = &mut self.opening {
+                match opening.try_recv() {
+                    Ok(stream) => {
+                        self.stream = Some(stream);
+                        self.opening = None;
+                    }
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
+                    Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                        self.opening = None;
+                        self.next_open_at =
+                            Some(tokio::time::Instant::now() + raft_stream::OPEN_RETRY_AFTER);
+                    }
+                }
+            }
+        }
+        let Some(stream) = &mut self.stream else {
+            self.open_stream_in_background();
+            return None;
+        };
         let framed = match raft_stream::frame(body) {
             Ok(framed) => framed,
             Err(err) => {
@@ -264,36 +270,32 @@ impl PeerClient {
             }
         };
         let ttl = option.hard_ttl();
-        let deadline = tokio::time::Instant::now() + ttl;
-        loop {
-            let Some(mut stream) = self.streams.take(self.target) else {
-                self.open_stream_in_background();
-                return None;
-            };
-            let exchanged = tokio::time::timeout_at(
-                deadline,
-                stream.exchange(&framed, STREAM_ANSWER_BYTES_MAX),
-            )
-            .await;
-            match exchanged {
-                Ok(Ok(answer)) => {
-                    self.streams.put(self.target, stream);
-                    return Some(Ok(answer));
-                }
-                Ok(Err(err)) => {
-                    tracing::debug!(peer = self.target, %err, "an append stream failed");
-                }
-                Err(_) => return Some(Err(ExchangeError::Transport(TransportError::Timeout(ttl)))),
+        let exchanged =
+            tokio::time::timeout(ttl, stream.exchange(&framed, STREAM_ANSWER_BYTES_MAX)).await;
+        match exchanged {
+            Ok(Ok(answer)) => Some(Ok(answer)),
+            Ok(Err(err)) => {
+                tracing::debug!(peer = self.target, %err, "an append stream failed");
+                self.stream = None;
+                // The peer may have restarted since the stream last served: this RPC goes as
+                // HTTP (an AppendEntries may be repeated, which Raft allows).
+                None
+            }
+            Err(_) => {
+                self.stream = None;
+                Some(Err(ExchangeError::Transport(TransportError::Timeout(ttl))))
             }
         }
     }
 
     /// Opens an append stream to the peer on a task of its own, unless one is being opened or
-    /// the last attempt failed lately; it joins the pool when the peer switches protocols.
-    fn open_stream_in_background(&self) {
-        if !self.streams.begin_open(self.target) {
+    /// the last attempt failed lately; the next RPC takes it when the peer switched protocols.
+    fn open_stream_in_background(&mut self) {
+        let now = tokio::time::Instant::now();
+        if self.opening.is_some() || self.next_open_at.is_some_and(|at| now < at) {
             return;
         }
+        self.next_open_at = None;
         let request = self
             .credentials
             .request(
@@ -306,24 +308,19 @@ impl PeerClient {
             .header(http::header::UPGRADE, raft_stream::PROTOCOL)
             .body(Bytes::new());
         let transport = Arc::clone(&self.transport);
-        let streams = Arc::clone(&self.streams);
         let target = self.target;
+        let (opened, opening) = tokio::sync::oneshot::channel();
+        self.opening = Some(opening);
         tokio::spawn(async move {
             let upgraded = match request {
                 Ok(request) => transport.upgrade(request, raft_stream::OPEN_TIMEOUT).await,
                 Err(err) => Err(TransportError::Failed(err.to_string())),
             };
             match upgraded {
-                Ok(io) => streams.opened(target, Some(ClientStream::new(io)), Duration::ZERO),
-                // A peer of an earlier build knows no such route: HTTP for a while.
-                Err(err @ TransportError::NotSwitched(404 | 405)) => {
-                    tracing::info!(peer = target, %err, "the peer takes no append stream; sending it HTTP requests");
-                    streams.opened(target, None, raft_stream::RETRY_AFTER);
+                Ok(io) => {
+                    let _ = opened.send(ClientStream::new(io));
                 }
-                Err(err) => {
-                    tracing::debug!(peer = target, %err, "no append stream opened");
-                    streams.opened(target, None, raft_stream::OPEN_RETRY_AFTER);
-                }
+                Err(err) => tracing::debug!(peer = target, %err, "no append stream opened"),
             }
         });
     }
@@ -338,29 +335,6 @@ impl PeerClient {
         match self.stream_exchange(&body, option).await {
             Some(exchanged) => exchanged,
             None => self.exchange("/raft/append", body, option).await,
-        }
-    }
-
-    /// Sends `body`, an append request's binary framing, over an idle append stream of the
-    /// pool and nothing else (none idle: one is opened in the background and nothing is sent),
-    /// within `ttl`; what the follower answered, as one of [`crate::metrics::EAGER_OUTCOMES`].
-    /// Nothing is told to openraft: the answer only says whether the follower stored the
-    /// entries early.
-    pub(crate) async fn eager_append(&mut self, body: &[u8], ttl: Duration) -> &'static str {
-        let Some(exchanged) = self.stream_exchange(body, &RPCOption::new(ttl)).await else {
-            return "no_stream";
-        };
-        let Ok(answer) = exchanged else {
-            return "failed";
-        };
-        match serde_json::from_slice::<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>>(
-            &answer,
-        ) {
-            Ok(Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))) => {
-                "stored"
-            }
-            Ok(_) => "refused",
-            Err(_) => "failed",
         }
     }
 
@@ -379,9 +353,12 @@ impl PeerClient {
     }
 }
 
-/// An append RPC at least this large that fails midway, times out or is refused with 413 is
-/// split before it is sent again.
+/// An append RPC at least this large that fails midway, times out or is refused with 413
+/// halves the byte bound of the next ones.
 const SPLIT_ON_FAILURE_BYTES: usize = 1 << 20;
+
+/// The byte bound never falls below this (one entry always goes, whatever its size).
+const APPEND_BYTES_MIN: usize = 64 << 10;
 
 /// How many of `entries` to send instead, when `bytes` of them were too many for `max`: as
 /// many as fit at their average size, at most half (so a refused range always shrinks), at
@@ -394,100 +371,205 @@ fn split_hint(entries: u64, bytes: usize, max: usize) -> Option<u64> {
     Some(fitting.min(entries / 2).max(1))
 }
 
-fn json<T: Serialize, E: std::error::Error>(
-    value: &T,
-) -> Result<Bytes, RPCError<NodeId, BasicNode, E>> {
+fn json<T: Serialize>(value: &T) -> Result<Bytes, RPCError<TypeConfig>> {
     serde_json::to_vec(value)
         .map(Bytes::from)
         .map_err(|e| RPCError::Network(NetworkError::new(&e)))
 }
 
-/// Frames a snapshot chunk: a JSON header without the data, then the raw data.
+/// The header of one snapshot chunk: which leader sends which snapshot, where the chunk's
+/// bytes go in the file, and whether it is the last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotChunk {
+    /// The sending leader's vote.
+    pub vote: Vote,
+    /// What the snapshot covers.
+    pub meta: SnapshotMeta,
+    /// Where the chunk's bytes start in the snapshot.
+    pub offset: u64,
+    /// Whether this is the last chunk.
+    pub done: bool,
+}
+
+/// Frames a snapshot chunk: its JSON header, then the raw data.
 pub fn encode_snapshot_chunk(
-    request: &InstallSnapshotRequest<TypeConfig>,
+    header: &SnapshotChunk,
+    data: &[u8],
 ) -> Result<Bytes, serde_json::Error> {
-    let header: InstallSnapshotRequest<TypeConfig> = InstallSnapshotRequest {
-        vote: request.vote,
-        meta: request.meta.clone(),
-        offset: request.offset,
-        data: Vec::new(),
-        done: request.done,
-    };
-    let header = serde_json::to_vec(&header)?;
-    let mut out = BytesMut::with_capacity(4 + header.len() + request.data.len());
+    let header = serde_json::to_vec(header)?;
+    let mut out = BytesMut::with_capacity(4 + header.len() + data.len());
     // A header is a few hundred bytes.
     out.put_u32(header.len() as u32);
     out.put_slice(&header);
-    out.put_slice(&request.data);
+    out.put_slice(data);
     Ok(out.freeze())
 }
 
 /// Reverses [`encode_snapshot_chunk`]; `None` for a malformed frame.
-pub fn decode_snapshot_chunk(frame: &[u8]) -> Option<InstallSnapshotRequest<TypeConfig>> {
+pub fn decode_snapshot_chunk(frame: &[u8]) -> Option<(SnapshotChunk, &[u8])> {
     let len = u32::from_be_bytes(frame.get(..4)?.try_into().ok()?) as usize;
     let header = frame.get(4..4usize.checked_add(len)?)?;
-    let mut request: InstallSnapshotRequest<TypeConfig> = serde_json::from_slice(header).ok()?;
-    request.data = frame[4 + len..].to_vec();
-    Some(request)
+    let header: SnapshotChunk = serde_json::from_slice(header).ok()?;
+    Some((header, &frame[4 + len..]))
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        // openraft's deadline runs from this call: encoding counts against it.
-        let deadline = tokio::time::Instant::now() + option.soft_ttl();
-        let entries = rpc.entries.len() as u64;
-        let body = encode_append_request(&rpc)
-            .map(Bytes::from)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let smaller = split_hint(entries, body.len(), self.append_bytes_max);
-        if body.len() > self.append_bytes_max {
-            if let Some(entries) = smaller {
-                return Err(RPCError::PayloadTooLarge(
-                    PayloadTooLarge::new_entries_hint(entries),
-                ));
-            }
-        }
-        // Small ranges are never split on failure: a heartbeat that fails is just a failure.
-        let Some(fewer) = smaller.filter(|_| body.len() >= SPLIT_ON_FAILURE_BYTES) else {
-            let exchanged = self.append_exchange(body, &option).await;
-            return self.answer(exchanged, None);
-        };
-        // openraft drops an append that outlasts its deadline (a heartbeat interval) and sends
-        // the same range again: give up on a large one a little earlier and ask for fewer.
-        let exchange = self.append_exchange(body, &option);
-        match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(exchanged) => self.answer(exchanged, Some(fewer)),
-            // A stream cut off mid-exchange is dropped with the exchange, not kept.
-            Err(_) => Err(RPCError::PayloadTooLarge(
-                PayloadTooLarge::new_entries_hint(fewer),
-            )),
+/// Reads until `buf` is full or the input ends; how many bytes were read.
+fn read_chunk(data: &mut SnapshotData, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match data.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
         }
     }
+    Ok(filled)
+}
 
-    async fn install_snapshot(
+impl PeerClient {
+    /// Sends `snapshot` chunk by chunk, each within `option`'s deadline; the answer to the
+    /// last chunk (or an earlier one that refused the leader's vote).
+    async fn send_snapshot(
         &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
+        vote: Vote,
+        snapshot: Snapshot,
+        option: &RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let chunk_bytes = option
+            .snapshot_chunk_size()
+            .unwrap_or(1 << 20)
+            .clamp(1 << 10, self.append_bytes_max);
+        let Snapshot {
+            meta,
+            snapshot: mut data,
+        } = snapshot;
+        let mut buf = vec![0u8; chunk_bytes];
+        let mut offset = 0u64;
+        loop {
+            let n = read_chunk(&mut data, &mut buf)
+                .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+            let done = n < chunk_bytes;
+            let header = SnapshotChunk {
+                vote,
+                meta: meta.clone(),
+                offset,
+                done,
+            };
+            let body = encode_snapshot_chunk(&header, &buf[..n])
+                .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+            let answer: Option<SnapshotResponse<TypeConfig>> =
+                self.call("/raft/snapshot", body, option).await?;
+            offset += n as u64;
+            match answer {
+                Some(response) => return Ok(response),
+                None if done => {
+                    return Err(StreamingError::Network(NetworkError::from_string(
+                        "the peer did not answer the snapshot's last chunk",
+                    )))
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        let body =
-            encode_snapshot_chunk(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.call("/raft/snapshot", body, &option, None).await
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let all = rpc.entries.len();
+        let encode = |rpc: &AppendEntriesRequest<TypeConfig>| {
+            encode_append_request(rpc)
+                .map(Bytes::from)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        };
+        let mut body = encode(&rpc)?;
+        // Over the bound: a prefix that fits goes, and openraft hears that only it arrived.
+        while body.len() > self.append_bytes {
+            let Some(keep) = split_hint(rpc.entries.len() as u64, body.len(), self.append_bytes)
+            else {
+                break;
+            };
+            rpc.entries.truncate(keep as usize);
+            body = encode(&rpc)?;
+        }
+        let sent_last = rpc.entries.last().map(|e| e.log_id);
+        let large = body.len() >= SPLIT_ON_FAILURE_BYTES && rpc.entries.len() > 1;
+        let sent_bytes = body.len();
+        let exchanged = self.append_exchange(body, &option).await;
+        if large {
+            // A peer that refuses the size answers 413 when it reads the request head first,
+            // but the sender may see only the connection close under the upload; a range too
+            // large to arrive within the deadline times out. Either way, send less next time.
+            let too_large = matches!(
+                exchanged,
+                Err(ExchangeError::Status { status: 413, .. }
+                    | ExchangeError::Transport(
+                        TransportError::Failed(_) | TransportError::Timeout(_)
+                    ))
+            );
+            self.append_bytes = if too_large {
+                (sent_bytes / 2).max(APPEND_BYTES_MIN)
+            } else if exchanged.is_ok() {
+                self.append_bytes
+                    .saturating_mul(2)
+                    .min(self.append_bytes_max)
+            } else {
+                self.append_bytes
+            };
+        }
+        match self.answer(exchanged)? {
+            AppendEntriesResponse::Success if rpc.entries.len() < all => {
+                Ok(AppendEntriesResponse::PartialSuccess(sent_last))
+            }
+            answer => Ok(answer),
+        }
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let body = json(&rpc)?;
-        self.call("/raft/vote", body, &option, None).await
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("/raft/vote", json(&rpc)?, &option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("/raft/pre-vote", json(&rpc)?, &option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let send = self.send_snapshot(vote, snapshot, &option);
+        tokio::pin!(cancel);
+        tokio::select! {
+            closed = &mut cancel => Err(StreamingError::Closed(closed)),
+            sent = send => sent,
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        request: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("/raft/transfer-leader", json(&request)?, &option)
+            .await
     }
 }
 

@@ -12,10 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
-use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{
+    ClientWriteError, Fatal, InitializeError, LinearizableReadError, RaftError,
+};
+use openraft::raft::SnapshotResponse;
+use openraft::{BasicNode, Instant, Raft, RaftMetrics, ReadPolicy, ServerState};
 use raft_store::raft::{
-    CommandResult, LogStore, NodeId, Rejection, SnapshotDir, StateMachine, TypeConfig,
+    CommandResult, LogStore, NodeId, Rejection, Snapshot, SnapshotData, SnapshotDir, StateMachine,
+    TypeConfig,
 };
 use raft_store::{
     AppendError, AppendRequest, Appended, Applied, BatchPlan, ChainEvent, ChainStore, Effect,
@@ -26,14 +31,39 @@ use raft_store::{
 use crate::config::NodeConfig;
 use crate::latch::Latches;
 use crate::metrics::Metrics;
-use crate::network::{Network, PeerCredentials};
+use crate::network::{Network, PeerCredentials, SnapshotChunk};
 use crate::proposer::{EntryLimits, ProposeError, Proposer};
-use crate::read_rounds::ReadRounds;
 use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
 
 /// The store type a node serves from.
-pub type Store = ChainStore<Arc<dyn Engine>>;
+pub type Store = ChainStore<Arc<WatchedEngine>>;
+
+/// The Raft instance of a node. Its state machine is over a concrete engine type: over
+/// `dyn Engine` (whose trait is `'static`) the compiler cannot prove the futures of openraft's
+/// methods `Send`.
+pub type NodeRaft = Raft<TypeConfig, StateMachine<WatchedEngine>>;
+
+/// The latest Raft metrics of a node.
+pub type NodeMetrics = RaftMetrics<TypeConfig>;
+
+/// A snapshot being received from the leader, chunk by chunk.
+struct Receiving {
+    vote: raft_store::raft::Vote,
+    meta: raft_store::raft::SnapshotMeta,
+    data: SnapshotData,
+    /// Where the next chunk starts.
+    next: u64,
+}
+
+impl Receiving {
+    /// Removes the file of a transfer that will not be installed.
+    fn discard(self) {
+        if let SnapshotData::File(file) = &self.data {
+            let _ = std::fs::remove_file(file.path());
+        }
+    }
+}
 
 /// The leader as this node knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +154,13 @@ pub enum MembershipError {
 /// One running cluster member.
 pub struct Node {
     config: NodeConfig,
-    raft: Raft<TypeConfig>,
+    raft: NodeRaft,
+    /// The state machine Raft applies to (a handle: snapshots are received through it).
+    state_machine: StateMachine<WatchedEngine>,
+    /// The snapshot being received, if any: one at a time.
+    receiving: tokio::sync::Mutex<Option<Receiving>>,
+    /// The node that last sent this one an AppendEntries, and when it was answered.
+    heard: std::sync::Mutex<Option<(NodeId, tokio::time::Instant)>>,
     store: Arc<Store>,
     latches: Latches,
     transport: Arc<dyn Transport>,
@@ -137,8 +173,6 @@ pub struct Node {
     /// Proposals under way (counted before the hand-off flag is checked, so a hand-off that
     /// sees none knows no proposal will follow).
     proposing: AtomicUsize,
-    /// Leadership confirmations shared by the linearizable reads waiting for them.
-    read_rounds: Arc<ReadRounds<u64, ReadError>>,
     /// Puts the evaluated writes of concurrent requests into shared entries.
     proposer: Proposer,
     /// Slots of the append streams this node serves ([`crate::raft_stream::STREAMS_MAX`]).
@@ -163,19 +197,6 @@ pub enum HandOff {
     NoSuccessor(String),
 }
 
-/// The body of `POST /raft/elect`: the leader of `term`, `from`, asks the receiver to stand for
-/// election now, as it is caught up through `last_log_index`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ElectRequest {
-    /// The leader stepping down.
-    pub from: NodeId,
-    /// Its term.
-    pub term: u64,
-    /// Its last log index, which the receiver has matched.
-    pub last_log_index: u64,
-}
-
 impl Node {
     /// Opens the store on `engine` and starts Raft. The node is not part of a cluster until
     /// [`Node::initialize`] runs on one node, or a leader adds it.
@@ -198,20 +219,14 @@ impl Node {
         };
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(StorageHealth::default());
-        let engine: Arc<dyn Engine> = Arc::new(WatchedEngine::new(
+        let engine = Arc::new(WatchedEngine::new(
             engine,
             Arc::clone(&metrics),
             Arc::clone(&health),
         ));
         let entry_bytes_max = store_config.populate_batch_bytes_max;
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
-        let mut log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
-        let mut announced = None;
-        if config.eager_appends {
-            let (to, from) = tokio::sync::mpsc::channel(crate::eager::QUEUE);
-            log_store = log_store.announce_appends(config.id, to);
-            announced = Some(from);
-        }
+        let log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
         let state_machine = match &config.snapshot_dir {
             Some(dir) => StateMachine::with_snapshot_dir(
                 Arc::clone(&store),
@@ -234,26 +249,12 @@ impl Node {
         let raft = Raft::new(
             config.id,
             raft_config,
-            network.clone(),
+            network,
             log_store,
-            state_machine,
+            state_machine.clone(),
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        if let Some(announced) = announced {
-            crate::eager::start(
-                config.id,
-                raft.clone(),
-                network,
-                announced,
-                Arc::clone(&metrics),
-                config.raft.heartbeat,
-                config
-                    .limits
-                    .append_rpc_bytes_max
-                    .min(config.limits.raft_body_bytes_max),
-            );
-        }
         let proposer = Proposer::start(
             raft.clone(),
             EntryLimits {
@@ -282,6 +283,9 @@ impl Node {
         Ok(Arc::new(Node {
             config,
             raft,
+            state_machine,
+            receiving: tokio::sync::Mutex::new(None),
+            heard: std::sync::Mutex::new(None),
             store,
             latches: Latches::default(),
             transport,
@@ -290,7 +294,6 @@ impl Node {
             health,
             handing_off: AtomicBool::new(false),
             proposing: AtomicUsize::new(0),
-            read_rounds: Arc::default(),
             proposer,
             raft_streams: Arc::new(tokio::sync::Semaphore::new(crate::raft_stream::STREAMS_MAX)),
         }))
@@ -307,7 +310,7 @@ impl Node {
     }
 
     /// The Raft handle.
-    pub fn raft(&self) -> &Raft<TypeConfig> {
+    pub fn raft(&self) -> &NodeRaft {
         &self.raft
     }
 
@@ -336,7 +339,7 @@ impl Node {
     /// membership yet (a fresh node learns its cluster from whoever initializes or adds it).
     pub fn accepts_peer(&self, id: NodeId) -> bool {
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = metrics.borrow_watched();
         let membership = metrics.membership_config.membership();
         membership.nodes().next().is_none() || membership.get_node(&id).is_some()
     }
@@ -352,15 +355,15 @@ impl Node {
     }
 
     /// The latest Raft metrics.
-    pub fn raft_metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
-        self.raft.metrics().borrow().clone()
+    pub fn raft_metrics(&self) -> NodeMetrics {
+        self.raft.metrics().borrow_watched().clone()
     }
 
     /// The applied index now (0 before anything is applied).
     pub fn applied_index(&self) -> u64 {
         self.raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .last_applied
             .as_ref()
             .map_or(0, |id| id.index)
@@ -368,7 +371,51 @@ impl Node {
 
     /// The leader as the latest metrics know it.
     pub fn leader(&self) -> Option<Leader> {
-        leader_of(&self.raft.metrics().borrow())
+        self.leader_in(&self.raft.metrics().borrow_watched())
+    }
+
+    /// Notes that node `leader` sent this node an AppendEntries (a heartbeat at least), just
+    /// answered.
+    pub(crate) fn heard_from(&self, leader: NodeId) {
+        let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        *heard = Some((leader, tokio::time::Instant::now()));
+    }
+
+    /// The id of the leader `m` names, unless nothing says it still leads within its lease
+    /// (`election_max`): a leader cut off from its peers still believes it leads (openraft only
+    /// stops taking writes) while the others elect a successor, and its followers name it until
+    /// they have. This node names no leader then: not itself when no quorum has answered it
+    /// within the lease, not another that has sent it nothing for as long. Clients
+    /// (`/v1/cluster`, `x-chainstore-leader`, `/readyz`), forwarded requests and its own write
+    /// path then stop sending to a leader that cannot commit what they send.
+    pub fn leader_id_in(&self, m: &NodeMetrics) -> Option<NodeId> {
+        let id = m.current_leader?;
+        let lease = self.config.raft.election_max;
+        if id != self.config.id {
+            let heard = *self.heard.lock().unwrap_or_else(|p| p.into_inner());
+            return match heard {
+                Some((from, at)) if from == id && at.elapsed() > lease => None,
+                _ => Some(id),
+            };
+        }
+        let alone = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .all(|voter| voter == id);
+        // No acknowledgement yet: a leader just elected, by a quorum's votes.
+        let lapsed = m
+            .last_quorum_acked
+            .as_ref()
+            .is_some_and(|at| at.elapsed() > lease);
+        (alone || !lapsed).then_some(id)
+    }
+
+    /// The leader `m` names, with its address, as [`Node::leader_id_in`] says.
+    pub fn leader_in(&self, m: &NodeMetrics) -> Option<Leader> {
+        let id = self.leader_id_in(m)?;
+        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
+        Some(Leader { id, addr })
     }
 
     /// Stops Raft.
@@ -380,115 +427,117 @@ impl Node {
 
     /// Hands leadership to the most caught-up voter before this node stops, so that writes
     /// resume within a round trip instead of after an election timeout. New writes are refused
-    /// (retryable) from now on; once a voter has matched the whole log, it is asked to stand
-    /// (`/raft/elect`), and this node, whose log it matches, grants it its vote. Takes at most
-    /// `within`; if no successor takes over by then, the others elect one after this node stops.
+    /// (retryable) from now on; once a voter has matched the whole log, openraft's leadership
+    /// transfer asks it to campaign (and the other voters to grant it their votes at once).
+    /// Takes at most `within`; if no successor takes over by then, the others elect one after
+    /// this node stops.
     pub async fn hand_off_leadership(&self, within: Duration) -> HandOff {
-        if self.raft.metrics().borrow().current_leader != Some(self.config.id) {
+        if self.raft.metrics().borrow_watched().current_leader != Some(self.config.id) {
             return HandOff::NotLeader;
         }
         self.handing_off.store(true, Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + within;
         // Proposals already under way finish first: the successor must match a log that no
-        // longer grows, or the stopping leader would refuse it its vote.
+        // longer grows.
         while self.proposing.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let mut asked = BTreeSet::new();
-        let mut asked_at = tokio::time::Instant::now();
+        let mut asked: Option<(NodeId, tokio::time::Instant)> = None;
         loop {
-            let m = self.raft.metrics().borrow().clone();
+            let m = self.raft.metrics().borrow_watched().clone();
             match m.current_leader {
                 Some(leader) if leader != self.config.id => return HandOff::HandedTo(leader),
                 _ => {}
             }
-            if m.state != ServerState::Leader {
-                // Leadership is already changing hands; wait for the new leader to show.
-            } else if let Some((successor, addr)) = caught_up_voter(&m, self.config.id) {
-                // A successor that has not won within a few heartbeats is asked again (its
-                // first campaign may have met an entry it did not have yet).
-                if asked_at.elapsed() > STAND_RETRY {
-                    asked.clear();
-                }
-                if asked.insert(successor) {
-                    asked_at = tokio::time::Instant::now();
-                    let request = ElectRequest {
-                        from: self.config.id,
-                        term: m.current_term,
-                        last_log_index: m.last_log_index.unwrap_or(0),
-                    };
-                    if let Err(err) = self.ask_to_stand(successor, &addr, &request).await {
-                        tracing::warn!(successor, %err, "the successor did not stand");
-                        asked.remove(&successor);
+            let ask_again = asked.is_none_or(|(_, at)| at.elapsed() > TRANSFER_RETRY);
+            if m.state == ServerState::Leader && ask_again {
+                if let Some(successor) = caught_up_voter(&m, self.config.id) {
+                    asked = Some((successor, tokio::time::Instant::now()));
+                    if let Err(err) = self.raft.trigger().transfer_leader(successor).await {
+                        return HandOff::NoSuccessor(format!("raft stopped: {err}"));
                     }
                 }
             }
             if tokio::time::Instant::now() >= deadline {
                 return HandOff::NoSuccessor(format!(
-                    "no voter took over within {within:?} (asked: {asked:?})"
+                    "no voter took over within {within:?} (asked: {:?})",
+                    asked.map(|(id, _)| id)
                 ));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
-    async fn ask_to_stand(
+    /// Takes one chunk of a snapshot the leader sends: the first one (offset 0) begins a new
+    /// file, every other one must continue the snapshot being received where it stopped, and
+    /// the last one installs it. `Ok(None)` for a chunk stored; `Err` for a chunk out of place
+    /// (the leader starts over).
+    pub async fn receive_snapshot(
         &self,
-        successor: NodeId,
-        addr: &str,
-        request: &ElectRequest,
-    ) -> Result<(), String> {
-        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        let request = self
-            .peer_credentials
-            .request(http::Method::POST, successor, addr, "/raft/elect")
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(bytes::Bytes::from(body))
-            .map_err(|e| e.to_string())?;
-        let answer = self
-            .transport
-            .send(request, self.config.limits.rpc_connect_timeout)
+        chunk: SnapshotChunk,
+        data: &[u8],
+    ) -> Result<Result<Option<SnapshotResponse<TypeConfig>>, Fatal<TypeConfig>>, String> {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut receiving = self.receiving.lock().await;
+        if chunk.offset == 0 {
+            if let Some(previous) = receiving.take() {
+                previous.discard();
+            }
+            let data = self
+                .state_machine
+                .begin_receiving_snapshot()
+                .map_err(|e| format!("cannot receive a snapshot: {e}"))?;
+            *receiving = Some(Receiving {
+                vote: chunk.vote,
+                meta: chunk.meta.clone(),
+                data,
+                next: 0,
+            });
+        }
+        let Some(current) = receiving.as_mut() else {
+            return Err(format!(
+                "a snapshot chunk at offset {} with no snapshot being received",
+                chunk.offset
+            ));
+        };
+        if current.vote != chunk.vote || current.meta != chunk.meta || current.next != chunk.offset
+        {
+            return Err(format!(
+                "a snapshot chunk at offset {} does not continue the snapshot being received \
+                 (next offset {})",
+                chunk.offset, current.next
+            ));
+        }
+        let written = current
+            .data
+            .write_all(data)
+            .and_then(|()| current.data.flush());
+        if let Err(err) = written {
+            if let Some(failed) = receiving.take() {
+                failed.discard();
+            }
+            return Err(format!("cannot store a snapshot chunk: {err}"));
+        }
+        current.next += data.len() as u64;
+        if !chunk.done {
+            return Ok(Ok(None));
+        }
+        let Some(mut whole) = receiving.take() else {
+            return Err("the snapshot went away".into());
+        };
+        if let Err(err) = whole.data.seek(SeekFrom::Start(0)) {
+            whole.discard();
+            return Err(format!("cannot read the received snapshot: {err}"));
+        }
+        let snapshot = Snapshot {
+            meta: whole.meta,
+            snapshot: whole.data,
+        };
+        Ok(self
+            .raft
+            .install_full_snapshot(whole.vote, snapshot)
             .await
-            .map_err(|e| e.to_string())?;
-        if answer.status().is_success() {
-            Ok(())
-        } else {
-            Err(format!("answered {}", answer.status()))
-        }
-    }
-
-    /// `POST /raft/elect`: stands for election now when the request comes from the leader this
-    /// node follows, in its current term, and this node has the leader's whole log (so the
-    /// stepping-down leader will grant its vote). Anything else is refused and changes nothing.
-    pub async fn stand_for_election(&self, request: &ElectRequest) -> Result<(), String> {
-        let m = self.raft.metrics().borrow().clone();
-        let voter = m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|id| id == self.config.id);
-        if !voter {
-            return Err("this node is not a voter".into());
-        }
-        if m.current_leader != Some(request.from) || m.current_term != request.term {
-            return Err(format!(
-                "this node follows {:?} in term {}, not {} in term {}",
-                m.current_leader, m.current_term, request.from, request.term
-            ));
-        }
-        let last = m.last_log_index.unwrap_or(0);
-        if last < request.last_log_index {
-            return Err(format!(
-                "this node's log ends at {last}, before the leader's {}",
-                request.last_log_index
-            ));
-        }
-        tracing::info!(
-            from = request.from,
-            term = request.term,
-            "the leader is stepping down: standing for election"
-        );
-        self.raft.trigger().elect().await.map_err(|e| e.to_string())
+            .map(Some))
     }
 
     // ---- the write path ----
@@ -505,8 +554,8 @@ impl Node {
             loop {
                 {
                     let m = metrics.borrow_and_update();
-                    if m.current_leader != Some(self.config.id) {
-                        return Err(WriteError::NotLeader(leader_of(&m)));
+                    if self.leader_id_in(&m) != Some(self.config.id) {
+                        return Err(WriteError::NotLeader(self.leader_in(&m)));
                     }
                     let applied_term = m.last_applied.as_ref().map(|id| id.leader_id.term);
                     if m.state == ServerState::Leader && applied_term == Some(m.current_term) {
@@ -799,29 +848,17 @@ impl Node {
 
     // ---- reads ----
 
-    /// A read-index round: confirms leadership and waits until this node applied everything
-    /// committed when the read started. Returns the applied index.
-    /// The read index of a linearizable read: leadership confirmed by a quorum in a round
-    /// that started after this call, and everything committed before it applied here. Reads
-    /// waiting at once share one round ([`ReadRounds`]).
+    /// The read index of a linearizable read: leadership confirmed by a quorum's answers to
+    /// messages sent after this call, and everything committed when it was made applied here
+    /// (openraft's `ReadIndex` policy; concurrent reads share the heartbeats that confirm
+    /// them). Returns the applied index.
     async fn read_index(&self) -> Result<u64, ReadError> {
         self.metrics.record_linearizable_read();
-        let raft = self.raft.clone();
-        let metrics = Arc::clone(&self.metrics);
-        let timeout = self.config.limits.write_timeout;
-        let confirm = move || {
-            let (raft, metrics) = (raft.clone(), Arc::clone(&metrics));
-            async move {
-                metrics.record_leadership_confirmation();
-                confirm_leadership(&raft, timeout).await
-            }
-        };
-        let applied_index = self.applied_index();
-        let dropped = move || ReadError::Unavailable {
-            message: "the leadership confirmation ended without an outcome".into(),
-            applied_index,
-        };
-        self.read_rounds.join(confirm, dropped).await
+        match confirm_leadership(&self.raft, self.config.limits.write_timeout).await {
+            // The leader as this node sees it (none, when it has not heard from it lately).
+            Err(ReadError::NotLeader(_)) => Err(ReadError::NotLeader(self.leader())),
+            confirmed => confirmed,
+        }
     }
 
     /// Passes the barrier a read of `consistency` needs; returns the applied index the read
@@ -854,7 +891,7 @@ impl Node {
     /// down first. The caller bounds the wait.
     async fn metrics_until<T>(
         &self,
-        mut reached: impl FnMut(&RaftMetrics<NodeId, BasicNode>) -> Option<T>,
+        mut reached: impl FnMut(&NodeMetrics) -> Option<T>,
     ) -> Option<T> {
         let mut metrics = self.raft.metrics();
         loop {
@@ -939,7 +976,7 @@ impl Node {
 }
 
 type MembershipOutcome<T> = Result<
-    Result<T, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>,
+    Result<T, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>,
     tokio::time::error::Elapsed,
 >;
 
@@ -964,9 +1001,8 @@ fn membership_result<T>(outcome: MembershipOutcome<T>) -> Result<(), MembershipE
     }
 }
 
-/// The leader named by `metrics`, with its address.
-/// How long a successor asked to stand has to win before it is asked again.
-const STAND_RETRY: Duration = Duration::from_millis(300);
+/// How long a successor asked to take over has to win before it is asked again.
+const TRANSFER_RETRY: Duration = Duration::from_millis(300);
 
 /// Decrements a counter when dropped.
 struct Decrement<'a>(&'a AtomicUsize);
@@ -978,52 +1014,34 @@ impl Drop for Decrement<'_> {
 }
 
 /// The voter other than `me` whose replication has matched the leader's whole log, if any.
-fn caught_up_voter(
-    metrics: &RaftMetrics<NodeId, BasicNode>,
-    me: NodeId,
-) -> Option<(NodeId, String)> {
+fn caught_up_voter(metrics: &NodeMetrics, me: NodeId) -> Option<NodeId> {
     let last = metrics.last_log_index?;
     let replication = metrics.replication.as_ref()?;
     let membership = metrics.membership_config.membership();
-    membership
-        .voter_ids()
-        .filter(|id| *id != me)
-        .find(|id| {
-            replication
-                .get(id)
-                .and_then(|matched| matched.as_ref())
-                .is_some_and(|matched| matched.index >= last)
-        })
-        .and_then(|id| Some((id, membership.get_node(&id)?.addr.clone())))
-}
-
-pub fn leader_of(metrics: &RaftMetrics<NodeId, BasicNode>) -> Option<Leader> {
-    let id = metrics.current_leader?;
-    let addr = metrics
-        .membership_config
-        .membership()
-        .get_node(&id)?
-        .addr
-        .clone();
-    Some(Leader { id, addr })
+    membership.voter_ids().filter(|id| *id != me).find(|id| {
+        replication
+            .get(id)
+            .and_then(|matched| matched.as_ref())
+            .is_some_and(|matched| matched.index >= last)
+    })
 }
 
 /// One leadership confirmation: `ensure_linearizable` within `timeout`, then the applied index.
-async fn confirm_leadership(raft: &Raft<TypeConfig>, timeout: Duration) -> Result<u64, ReadError> {
+async fn confirm_leadership(raft: &NodeRaft, timeout: Duration) -> Result<u64, ReadError> {
     let applied_index = || {
         raft.metrics()
-            .borrow()
+            .borrow_watched()
             .last_applied
             .as_ref()
             .map_or(0, |id| id.index)
     };
-    match tokio::time::timeout(timeout, raft.ensure_linearizable()).await {
+    match tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex)).await {
         Err(_) => Err(ReadError::Unavailable {
             message: "leadership could not be confirmed in time".into(),
             applied_index: applied_index(),
         }),
         Ok(Ok(_)) => Ok(applied_index()),
-        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+        Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward)))) => {
             Err(ReadError::NotLeader(
                 forward
                     .leader_id

@@ -15,13 +15,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::Raft;
-use raft_store::raft::{Command, CommandResult, TypeConfig};
+use openraft::errors::{ClientWriteError, RaftError};
+use raft_store::raft::{Command, CommandResult};
 use raft_store::{Effect, Rebuild};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::node::Leader;
+use crate::node::{Leader, NodeRaft};
 
 /// Why a proposal has no result: the same for every effect of its entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +79,7 @@ pub(crate) struct Proposer {
 
 impl Proposer {
     /// Starts the proposing task on the current runtime.
-    pub(crate) fn start(raft: Raft<TypeConfig>, limits: EntryLimits) -> Self {
+    pub(crate) fn start(raft: NodeRaft, limits: EntryLimits) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(raft, rx, limits));
         Self { queue }
@@ -119,11 +118,7 @@ impl Proposer {
     }
 }
 
-async fn run(
-    raft: Raft<TypeConfig>,
-    mut queue: mpsc::UnboundedReceiver<Proposal>,
-    limits: EntryLimits,
-) {
+async fn run(raft: NodeRaft, mut queue: mpsc::UnboundedReceiver<Proposal>, limits: EntryLimits) {
     let slots = Arc::new(Semaphore::new(limits.in_flight_max.max(1)));
     let mut held_back: Option<Proposal> = None;
     loop {
@@ -171,7 +166,7 @@ async fn run(
 }
 
 /// Proposes `entry` as one Raft entry and answers each of its waiters.
-async fn write(raft: &Raft<TypeConfig>, entry: Vec<Proposal>, timeout: Duration) {
+async fn write(raft: &NodeRaft, entry: Vec<Proposal>, timeout: Duration) {
     let count = entry.len();
     let (mut writes, answers): (Vec<Write>, Vec<Answer>) =
         entry.into_iter().map(|p| (p.write, p.answer)).unzip();

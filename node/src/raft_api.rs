@@ -8,14 +8,15 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
-use raft_store::raft::rpc_codec::{decode_append_request, APPEND_FORMAT};
-use raft_store::raft::{NodeId, TypeConfig};
+use openraft::errors::RaftError;
+use openraft::raft::{TransferLeaderRequest, VoteRequest};
+use raft_store::raft::rpc_codec::decode_append_request;
+use raft_store::raft::TypeConfig;
 
 use crate::api::error::ApiError;
 use crate::api::extract::{parse_json, read_body};
 use crate::network::decode_snapshot_chunk;
-use crate::node::{ElectRequest, Node};
+use crate::node::Node;
 use crate::raft_stream;
 
 async fn body_bytes(
@@ -26,19 +27,17 @@ async fn body_bytes(
     read_body(headers, body, node.config().limits.raft_body_bytes_max).await
 }
 
-/// `POST /raft/append`
+/// `POST /raft/append` — one AppendEntries in its binary framing.
 pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        // The binary framing; JSON (first byte `{`) from a peer of an earlier build.
-        let request: AppendEntriesRequest<TypeConfig> = if bytes.first() == Some(&APPEND_FORMAT) {
-            decode_append_request(&bytes)
-                .map_err(|e| ApiError::InvalidInput(format!("malformed append request: {e}")))?
-        } else {
-            parse_json(&bytes)?
-        };
+        let request = decode_append_request(&bytes)
+            .map_err(|e| ApiError::InvalidInput(format!("malformed append request: {e}")))?;
         node.metrics().record_append_rpc("http");
-        Ok::<_, ApiError>(Json(node.raft().append_entries(request).await).into_response())
+        let from = request.vote.leader_id.node_id;
+        let answer = node.raft().append_entries(request).await;
+        node.heard_from(from);
+        Ok::<_, ApiError>(Json(answer).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -47,33 +46,55 @@ pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bod
 pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: VoteRequest<NodeId> = parse_json(&bytes)?;
+        let request: VoteRequest<TypeConfig> = parse_json(&bytes)?;
         Ok::<_, ApiError>(Json(node.raft().vote(request).await).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `POST /raft/snapshot` — one chunk, framed by `network::encode_snapshot_chunk`.
-pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+/// `POST /raft/pre-vote` — would this node vote for the candidate? Answered from its state;
+/// nothing is stored and its term does not change.
+pub async fn pre_vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request = decode_snapshot_chunk(&bytes)
-            .ok_or_else(|| ApiError::InvalidInput("malformed snapshot chunk".into()))?;
-        Ok::<_, ApiError>(Json(node.raft().install_snapshot(request).await).into_response())
+        let request: VoteRequest<TypeConfig> = parse_json(&bytes)?;
+        Ok::<_, ApiError>(Json(node.raft().pre_vote(request).await).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `POST /raft/elect` — the leader, stopping, asks this node to stand for election now
-/// ([`Node::stand_for_election`] says when it does).
-pub async fn elect(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+/// `POST /raft/transfer-leader` — the leader hands its leadership over: the node it names
+/// campaigns once its log holds the leader's, the others stop waiting out the leader's lease.
+pub async fn transfer_leader(
+    State(node): State<Arc<Node>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: ElectRequest = parse_json(&bytes)?;
-        node.stand_for_election(&request)
+        let request: TransferLeaderRequest<TypeConfig> = parse_json(&bytes)?;
+        let answer = node
+            .raft()
+            .handle_transfer_leader(request)
             .await
-            .map_err(ApiError::Refused)?;
-        Ok::<_, ApiError>(Json(serde_json::json!({ "standing": true })).into_response())
+            .map_err(RaftError::<TypeConfig>::Fatal);
+        Ok::<_, ApiError>(Json(answer).into_response())
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /raft/snapshot` — one chunk of a snapshot, framed by
+/// `network::encode_snapshot_chunk`; the last one installs it ([`Node::receive_snapshot`]).
+pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+    let outcome = async {
+        let bytes = body_bytes(&node, &headers, body).await?;
+        let (header, data) = decode_snapshot_chunk(&bytes)
+            .ok_or_else(|| ApiError::InvalidInput("malformed snapshot chunk".into()))?;
+        let answer = node
+            .receive_snapshot(header, data)
+            .await
+            .map_err(ApiError::InvalidInput)?;
+        Ok::<_, ApiError>(Json(answer.map_err(RaftError::<TypeConfig>::Fatal)).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }

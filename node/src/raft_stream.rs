@@ -13,11 +13,10 @@
 //! framing (`raft_store::raft::rpc_codec`); from the follower, the JSON of its answer (the
 //! same body `/raft/append` answers with). The follower answers frames in order, one at a time.
 //! A frame longer than the Raft RPC body limit, one that does not decode, or silence longer
-//! than the idle limit ends the stream (the follower closes it). The leader keeps idle streams
-//! in a [`StreamPool`] shared by its peer clients; on any failure or missed deadline it closes
-//! the stream (the state of a stream that failed midway is unknown) and opens another for the
-//! next RPC. A peer that does not know the route (an earlier build) is sent HTTP requests as
-//! before, and asked again a while later.
+//! than the idle limit ends the stream (the follower closes it). Each of the leader's peer
+//! clients keeps its stream between RPCs; on any failure or missed deadline it closes the
+//! stream (the state of a stream that failed midway is unknown) and opens another in the
+//! background; meanwhile its RPCs go as HTTP requests (`/raft/append`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,13 +36,10 @@ pub const PROTOCOL: &str = "chainstore-raft-append/1";
 /// The path of the upgrade.
 pub const PATH: &str = "/raft/stream";
 
-/// Streams a node serves at once: a few per leader that replicates to it (its pool, and the
-/// ones its leadership confirmations open while those are taken), with room for the streams
-/// of deposed leaders that have not yet been closed for idleness.
+/// Streams a node serves at once: two per leader that replicates to it (replication, and
+/// heartbeats with the leadership confirmations of linearizable reads), with room for the
+/// streams of deposed leaders that have not yet been closed for idleness.
 pub const STREAMS_MAX: usize = 64;
-
-/// How long a leader waits before asking again a peer that does not know the route.
-pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// How long a leader waits before trying again to open a stream that could not be opened.
 pub const OPEN_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -126,11 +122,13 @@ where
             }
         };
         node.metrics().record_append_rpc("stream");
+        let from = request.vote.leader_id.node_id;
         let answer = node.raft().append_entries(request).await;
+        node.heard_from(from);
         // A node whose Raft has stopped (a storage failure, a shutdown) answers this once and
         // closes the stream: the leader's next RPC opens a new one, which reaches whatever
         // serves the address now (the node restarted).
-        let stopped = matches!(answer, Err(openraft::error::RaftError::Fatal(_)));
+        let stopped = matches!(answer, Err(openraft::errors::RaftError::Fatal(_)));
         let framed = match serde_json::to_vec(&answer)
             .map_err(FrameError::from_json)
             .and_then(|body| frame(&body))
@@ -151,90 +149,6 @@ where
 impl FrameError {
     fn from_json(err: serde_json::Error) -> Self {
         FrameError::Io(std::io::Error::other(err))
-    }
-}
-
-/// Streams to each peer kept open between RPCs ([`StreamPool::take`] takes one out, its user
-/// gives it back after an exchange that succeeded): shared by every peer client of the node,
-/// so the leadership confirmations of linearizable reads, which openraft sends through peer
-/// clients of their own, reuse the connections replication opened.
-#[derive(Default)]
-pub struct StreamPool {
-    state: std::sync::Mutex<PoolState>,
-}
-
-#[derive(Default)]
-struct PoolState {
-    idle: std::collections::BTreeMap<u64, Vec<(ClientStream, tokio::time::Instant)>>,
-    /// Peers a stream is being opened to.
-    opening: std::collections::BTreeSet<u64>,
-    /// Peers no stream is opened to before the time given (the last attempt failed).
-    next_open_at: std::collections::BTreeMap<u64, tokio::time::Instant>,
-}
-
-/// Idle streams kept per peer; more are closed.
-pub const IDLE_PER_PEER: usize = 4;
-
-/// How long an idle stream is kept: well within the follower's idle limit, so a stream taken
-/// from the pool has not been closed from the other end for silence.
-pub const IDLE_KEPT: Duration = Duration::from_secs(5);
-
-impl StreamPool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        // Every update leaves the state whole: a poisoned lock still holds a valid one.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The most recently used idle stream to `peer`, if one is fresh enough.
-    pub fn take(&self, peer: u64) -> Option<ClientStream> {
-        let now = tokio::time::Instant::now();
-        let mut state = self.lock();
-        let idle = state.idle.get_mut(&peer)?;
-        idle.retain(|(_, since)| now.duration_since(*since) < IDLE_KEPT);
-        idle.pop().map(|(stream, _)| stream)
-    }
-
-    /// Keeps `stream` to `peer` for the next RPC (closes it when enough are kept).
-    pub fn put(&self, peer: u64, stream: ClientStream) {
-        let mut state = self.lock();
-        let idle = state.idle.entry(peer).or_default();
-        if idle.len() < IDLE_PER_PEER {
-            idle.push((stream, tokio::time::Instant::now()));
-        }
-    }
-
-    /// Whether a stream to `peer` may be opened now: none is being opened and the last attempt
-    /// did not fail lately. When it may, it counts as being opened until [`Self::opened`].
-    pub fn begin_open(&self, peer: u64) -> bool {
-        let now = tokio::time::Instant::now();
-        let mut state = self.lock();
-        if state.opening.contains(&peer)
-            || state.next_open_at.get(&peer).is_some_and(|at| now < *at)
-        {
-            return false;
-        }
-        state.opening.insert(peer);
-        true
-    }
-
-    /// Ends an attempt [`Self::begin_open`] allowed: the stream joins the pool, or no other
-    /// attempt is made for `retry_after`.
-    pub fn opened(&self, peer: u64, stream: Option<ClientStream>, retry_after: Duration) {
-        let now = tokio::time::Instant::now();
-        let mut state = self.lock();
-        state.opening.remove(&peer);
-        match stream {
-            Some(stream) => {
-                state.next_open_at.remove(&peer);
-                let idle = state.idle.entry(peer).or_default();
-                if idle.len() < IDLE_PER_PEER {
-                    idle.push((stream, now));
-                }
-            }
-            None => {
-                state.next_open_at.insert(peer, now + retry_after);
-            }
-        }
     }
 }
 

@@ -3,13 +3,11 @@
 //! may panic one. `FUZZ_INPUTS` (default 20,000 per decoder) and `FUZZ_SEED` as in
 //! `raft-store/tests/fuzz.rs`; `scripts/fuzz.sh` runs millions.
 
-use chainstore_node::ElectRequest;
-use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{CommittedLeaderId, LogId, SnapshotMeta, Vote};
+use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use raft_store::fuzz::{run_all, Target, PROPERTY_INPUTS_MIN};
 use raft_store::raft::rpc_codec::{decode_append_request, encode_append_request};
-use raft_store::raft::TypeConfig;
+use raft_store::raft::{log_id, SnapshotMeta, TypeConfig, Vote};
 use raft_store::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
 use serde_json::{json, Value};
 
@@ -27,7 +25,7 @@ struct Events<T> {
 
 fn targets() -> Vec<Target> {
     let vote = Vote::new_committed(3, 1);
-    let log_id = LogId::new(CommittedLeaderId::new(3, 1), 9);
+    let log_id = log_id(3, 1, 9);
     let append_rpc = json!({
         "vote": vote, "prev_log_id": log_id, "leader_commit": log_id,
         "entries": [
@@ -36,15 +34,13 @@ fn targets() -> Vec<Target> {
                 "nodes": {"1": {"addr": "a:1"}, "2": {"addr": "b:1"}, "3": {"addr": "c:1"}}}}}
         ]
     });
-    let chunk = InstallSnapshotRequest::<TypeConfig> {
+    let chunk = SnapshotChunk {
         vote,
         meta: SnapshotMeta {
             last_log_id: Some(log_id),
             last_membership: Default::default(),
-            snapshot_id: "3-1-9".into(),
         },
         offset: 0,
-        data: b"CSSNAP02 and more".to_vec(),
         done: true,
     };
     vec![
@@ -108,14 +104,6 @@ fn targets() -> Vec<Target> {
             },
         },
         Target {
-            name: "raft append entries",
-            inputs_min: PROPERTY_INPUTS_MIN,
-            seeds: vec![bytes(&append_rpc)],
-            decode: |b| {
-                let _ = serde_json::from_slice::<AppendEntriesRequest<TypeConfig>>(b);
-            },
-        },
-        Target {
             name: "raft append entries (binary framing)",
             inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![
@@ -139,26 +127,35 @@ fn targets() -> Vec<Target> {
             name: "raft vote",
             inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![bytes(
-                &json!({"vote": Vote::new(4, 2), "last_log_id": LogId::new(CommittedLeaderId::new(3, 1), 9)}),
+                &json!({"vote": Vote::new(4, 2), "last_log_id": log_id, "leadership_transfer": false}),
             )],
             decode: |b| {
-                let _ = serde_json::from_slice::<VoteRequest<u64>>(b);
+                let _ = serde_json::from_slice::<VoteRequest<TypeConfig>>(b);
             },
         },
         Target {
             name: "raft snapshot chunk frame",
             inputs_min: PROPERTY_INPUTS_MIN,
-            seeds: vec![encode_snapshot_chunk(&chunk).expect("frame").to_vec()],
+            seeds: vec![encode_snapshot_chunk(&chunk, b"CSSNAP02 and more")
+                .expect("frame")
+                .to_vec()],
             decode: |b| {
                 let _ = decode_snapshot_chunk(b);
             },
         },
         Target {
-            name: "raft elect",
+            name: "raft leadership transfer",
             inputs_min: PROPERTY_INPUTS_MIN,
-            seeds: vec![bytes(&json!({"from": 1, "term": 3, "last_log_index": 9}))],
+            seeds: vec![bytes(
+                &serde_json::to_value(TransferLeaderRequest::<TypeConfig>::new(
+                    vote,
+                    2,
+                    Some(log_id),
+                ))
+                .expect("json"),
+            )],
             decode: |b| {
-                let _ = serde_json::from_slice::<ElectRequest>(b);
+                let _ = serde_json::from_slice::<TransferLeaderRequest<TypeConfig>>(b);
             },
         },
     ]

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::chain::{codec, SessionRecord};
 use crate::engine::{seal, unseal};
-use crate::raft::{snapshot, TypeConfig};
+use crate::raft::snapshot;
 use chainstore_model::{
     ChainEvent, Coverage, EventId, ExecutionId, Head, Origin, SessionId, Watermark,
 };
@@ -249,13 +249,15 @@ pub fn store_targets() -> Vec<Target> {
         session: crate::chain::SessionChange::Clear,
     };
     for entry in [
-        openraft::Entry::<TypeConfig> {
-            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 9),
-            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effect(effect.clone())),
+        crate::raft::Entry {
+            log_id: crate::raft::log_id(4, 2, 9),
+            payload: crate::raft::EntryPayload::Normal(crate::raft::Command::Effect(
+                effect.clone(),
+            )),
         },
-        openraft::Entry::<TypeConfig> {
-            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 11),
-            payload: openraft::EntryPayload::Normal(crate::raft::Command::Effects(vec![
+        crate::raft::Entry {
+            log_id: crate::raft::log_id(4, 2, 11),
+            payload: crate::raft::EntryPayload::Normal(crate::raft::Command::Effects(vec![
                 effect.clone(),
                 crate::chain::Effect {
                     execution_id: ExecutionId::new("other").expect("a constant, valid id"),
@@ -264,13 +266,13 @@ pub fn store_targets() -> Vec<Target> {
                 },
             ])),
         },
-        openraft::Entry::<TypeConfig> {
-            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 10),
-            payload: openraft::EntryPayload::Blank,
+        crate::raft::Entry {
+            log_id: crate::raft::log_id(4, 2, 10),
+            payload: crate::raft::EntryPayload::Blank,
         },
-        openraft::Entry::<TypeConfig> {
-            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(4, 2), 12),
-            payload: openraft::EntryPayload::Normal(crate::raft::Command::Rebuild(
+        crate::raft::Entry {
+            log_id: crate::raft::log_id(4, 2, 12),
+            payload: crate::raft::EntryPayload::Normal(crate::raft::Command::Rebuild(
                 crate::chain::Rebuild {
                     expect: Some(Head {
                         exec_seq: 3,

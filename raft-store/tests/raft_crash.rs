@@ -18,23 +18,17 @@
 //! guarded reads of every execution: never newer than the applied index says (a snapshot's
 //! contents without its applied id, or the reverse), never older than what was acknowledged.
 
-// openraft's `StorageError` is what its storage traits return.
-#![allow(clippy::result_large_err)]
-
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use common::*;
-use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::{
-    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftSnapshotBuilder,
-    SnapshotMeta, Vote,
-};
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftStateMachine};
+use openraft::{BasicNode, RaftSnapshotBuilder};
 use raft_store::raft::{
-    restore_backup, take_backup, Command, CommandResult, LogStore, NodeId, SnapshotData,
-    StateMachine, TypeConfig,
+    restore_backup, take_backup, Command, CommandResult, Entry, EntryPayload, LogId, LogStore,
+    Membership, NodeId, SnapshotData, SnapshotMeta, StateMachine, Vote,
 };
 use raft_store::{AppendPlan, BatchPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
 
@@ -73,18 +67,18 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
-fn log_id(term: u64, index: u64) -> LogId<NodeId> {
-    LogId::new(CommittedLeaderId::new(term, 1), index)
+fn log_id(term: u64, index: u64) -> LogId {
+    raft_store::raft::log_id(term, 1, index)
 }
 
-fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
+fn blank(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
         payload: EntryPayload::Blank,
     }
 }
 
-fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
+fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry {
     let ids: BTreeSet<NodeId> = voters.iter().copied().collect();
     let nodes: BTreeMap<NodeId, BasicNode> = voters
         .iter()
@@ -92,7 +86,7 @@ fn membership(term: u64, index: u64, voters: &[NodeId]) -> Entry<TypeConfig> {
         .collect();
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Membership(Membership::new(vec![ids], nodes)),
+        payload: EntryPayload::Membership(Membership::new(vec![ids], nodes).expect("a membership")),
     }
 }
 
@@ -104,7 +98,7 @@ fn append_entry(
     x: &str,
     id: &str,
     prev: Option<&str>,
-) -> Entry<TypeConfig> {
+) -> Entry {
     let request = if prev.is_none() {
         genesis(id)
     } else {
@@ -119,9 +113,9 @@ fn append_entry(
     }
 }
 
-fn write_and_apply(parts: &mut Parts, entry: Entry<TypeConfig>) {
+fn write_and_apply(parts: &mut Parts, entry: Entry) {
     parts.log.write_entries([entry.clone()]).expect("log write");
-    block_on(parts.sm.apply([entry])).expect("apply");
+    parts.sm.apply_entries([entry]).expect("apply");
 }
 
 /// The node before every operation: a membership, four appends over two executions and a blank
@@ -145,13 +139,13 @@ fn base() -> Parts {
 }
 
 /// Entry 6 of the base: the next append to `x`.
-fn unapplied(parts: &Parts) -> Entry<TypeConfig> {
+fn unapplied(parts: &Parts) -> Entry {
     append_entry(parts, 2, 6, "x", "a3", Some("a2"))
 }
 
 /// Entry 6 as the writes of three requests in one entry: an append of three events to `x`
 /// (`a3`, `a4`, `a5`, linked in order), the first event of `z` and the next of `y`.
-fn effects_entry(parts: &Parts) -> Entry<TypeConfig> {
+fn effects_entry(parts: &Parts) -> Entry {
     let three = [
         req("a3", Some("a2")),
         req("a4", Some("a3")),
@@ -174,7 +168,7 @@ fn effects_entry(parts: &Parts) -> Entry<TypeConfig> {
     }
 }
 
-fn effect(entry: Entry<TypeConfig>) -> raft_store::Effect {
+fn effect(entry: Entry) -> raft_store::Effect {
     match entry.payload {
         EntryPayload::Normal(Command::Effect(effect)) => effect,
         other => panic!("an append entry holds one effect, not {other:?}"),
@@ -186,7 +180,7 @@ fn effect(entry: Entry<TypeConfig>) -> raft_store::Effect {
 fn donor() -> Parts {
     let mut parts = base();
     let e = unapplied(&parts);
-    block_on(parts.sm.apply([e])).expect("apply");
+    parts.sm.apply_entries([e]).expect("apply");
     let e = append_entry(&parts, 3, 7, "z", "c1", None);
     write_and_apply(&mut parts, e);
     write_and_apply(&mut parts, membership(3, 8, &[1, 2]));
@@ -196,7 +190,7 @@ fn donor() -> Parts {
     parts
 }
 
-fn donor_snapshot() -> (SnapshotMeta<NodeId, BasicNode>, Vec<u8>) {
+fn donor_snapshot() -> (SnapshotMeta, Vec<u8>) {
     let mut sm = donor().sm;
     let mut snapshot = block_on(sm.build_snapshot()).expect("snapshot");
     let bytes = snapshot.snapshot.to_vec().expect("snapshot bytes");
@@ -256,22 +250,20 @@ impl Op {
         match self {
             Op::InstallSnapshot => {
                 let (meta, data) = inputs.snapshot.clone();
-                block_on(
-                    parts
-                        .sm
-                        .install_snapshot(&meta, Box::new(SnapshotData::memory(data))),
-                )
-                .map_err(|e| err(&e))
+                block_on(parts.sm.install_snapshot(&meta, SnapshotData::memory(data)))
+                    .map_err(|e| err(&e))
             }
             Op::ApplyEffect => {
                 let entry = unapplied(parts);
-                block_on(parts.sm.apply([entry]))
+                parts
+                    .sm
+                    .apply_entries([entry])
                     .map(drop)
                     .map_err(|e| err(&e))
             }
             Op::ApplyEffects => {
                 let entry = effects_entry(parts);
-                let results = block_on(parts.sm.apply([entry])).map_err(|e| err(&e))?;
+                let results = parts.sm.apply_entries([entry]).map_err(|e| err(&e))?;
                 match results.as_slice() {
                     [CommandResult::Each(each)]
                         if each.len() == 3
@@ -282,17 +274,23 @@ impl Op {
                     other => Err(format!("three effects applied as {other:?}")),
                 }
             }
-            Op::ApplyMembership => block_on(parts.sm.apply([membership(2, 6, &[1, 2, 3, 4])]))
+            Op::ApplyMembership => parts
+                .sm
+                .apply_entries([membership(2, 6, &[1, 2, 3, 4])])
                 .map(drop)
                 .map_err(|e| err(&e)),
-            Op::ApplyBlank => block_on(parts.sm.apply([blank(2, 6)]))
+            Op::ApplyBlank => parts
+                .sm
+                .apply_entries([blank(2, 6)])
                 .map(drop)
                 .map_err(|e| err(&e)),
             Op::AppendLog => parts
                 .log
                 .write_entries([blank(3, 7), membership(3, 8, &[1, 2]), blank(3, 9)])
                 .map_err(|e| err(&e)),
-            Op::Truncate => block_on(parts.log.truncate(log_id(1, 3))).map_err(|e| err(&e)),
+            Op::Truncate => {
+                block_on(parts.log.truncate_after(Some(log_id(1, 2)))).map_err(|e| err(&e))
+            }
             Op::Purge => block_on(parts.log.purge(log_id(1, 3))).map_err(|e| err(&e)),
             Op::SaveVote => block_on(parts.log.save_vote(&Vote::new(3, 2))).map_err(|e| err(&e)),
             Op::Restore => {
@@ -313,7 +311,7 @@ impl Op {
 
 /// What the operations install.
 struct Inputs {
-    snapshot: (SnapshotMeta<NodeId, BasicNode>, Vec<u8>),
+    snapshot: (SnapshotMeta, Vec<u8>),
     backup: Vec<u8>,
 }
 
@@ -510,7 +508,7 @@ fn a_crash_after_a_raft_storage_operation_keeps_the_old_state_or_the_new_and_the
 /// replica, and the first applies.
 #[test]
 fn a_second_effect_on_one_execution_in_an_entry_is_refused_and_the_first_applies() {
-    let mut parts = base();
+    let parts = base();
     let first = effect(unapplied(&parts));
     let mut second = effect(append_entry(&parts, 2, 6, "x", "a3-twin", Some("a2")));
     second.events[0].exec_seq = 3;
@@ -518,7 +516,7 @@ fn a_second_effect_on_one_execution_in_an_entry_is_refused_and_the_first_applies
         log_id: log_id(2, 6),
         payload: EntryPayload::Normal(Command::Effects(vec![first, second])),
     };
-    let results = block_on(parts.sm.apply([entry])).expect("apply");
+    let results = parts.sm.apply_entries([entry]).expect("apply");
     match results.as_slice() {
         [CommandResult::Each(each)] => {
             assert!(matches!(each[0], CommandResult::Applied(_)), "{each:?}");
@@ -599,7 +597,7 @@ fn a_damaged_or_truncated_snapshot_or_backup_is_refused_before_anything_is_writt
                 Op::InstallSnapshot => block_on(
                     parts
                         .sm
-                        .install_snapshot(&meta, Box::new(SnapshotData::memory(bytes.clone()))),
+                        .install_snapshot(&meta, SnapshotData::memory(bytes.clone())),
                 )
                 .map_err(|e| e.to_string()),
                 _ => {
@@ -651,7 +649,7 @@ fn snapshots_kept_in_files_on_rocksdb_install_and_build_like_those_in_memory() {
     block_on(
         reference
             .sm
-            .install_snapshot(&meta, Box::new(SnapshotData::memory(bytes.clone()))),
+            .install_snapshot(&meta, SnapshotData::memory(bytes.clone())),
     )
     .expect("install in memory");
     let expected = state_of(&reference.engine).expect("scan");
@@ -672,7 +670,7 @@ fn snapshots_kept_in_files_on_rocksdb_install_and_build_like_those_in_memory() {
 
     let receive = |sm: &mut StateMachine<RocksEngine>, bytes: &[u8]| {
         block_on(async {
-            let mut data = sm.begin_receiving_snapshot().await.expect("begin");
+            let mut data = sm.begin_receiving_snapshot().expect("begin");
             for piece in bytes.chunks(bytes.len() / 3 + 1) {
                 data.write_all(piece).await.expect("write a piece");
             }

@@ -1,14 +1,14 @@
-//! openraft's own storage test suite (`openraft::testing::Suite::test_all`) run against the log
-//! store and state machine on both engines.
+//! openraft's own storage test suite (`openraft::testing::log::Suite::test_all`) run against the
+//! log store and state machine on both engines.
 
 // openraft's `StorageError` is what its suite returns.
 #![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
 
-use openraft::testing::{StoreBuilder, Suite};
+use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
-use raft_store::raft::{LogStore, NodeId, StateMachine, TypeConfig};
+use raft_store::raft::{LogStore, StateMachine, TypeConfig};
 use raft_store::{ChainStore, Engine, MemEngine, RocksEngine, RocksOptions, StoreConfig};
 
 fn parts<E: Engine>(engine: E) -> (LogStore<E>, StateMachine<E>) {
@@ -25,7 +25,7 @@ struct MemBuilder;
 impl StoreBuilder<TypeConfig, LogStore<MemEngine>, StateMachine<MemEngine>> for MemBuilder {
     async fn build(
         &self,
-    ) -> Result<((), LogStore<MemEngine>, StateMachine<MemEngine>), StorageError<NodeId>> {
+    ) -> Result<((), LogStore<MemEngine>, StateMachine<MemEngine>), StorageError<TypeConfig>> {
         let (log, sm) = parts(MemEngine::new());
         Ok(((), log, sm))
     }
@@ -44,7 +44,7 @@ impl StoreBuilder<TypeConfig, LogStore<RocksEngine>, StateMachine<RocksEngine>, 
             LogStore<RocksEngine>,
             StateMachine<RocksEngine>,
         ),
-        StorageError<NodeId>,
+        StorageError<TypeConfig>,
     > {
         let dir = tempfile::tempdir().expect("temp dir");
         let engine = RocksEngine::open(&RocksOptions::new(dir.path())).expect("open rocksdb");
@@ -53,12 +53,21 @@ impl StoreBuilder<TypeConfig, LogStore<RocksEngine>, StateMachine<RocksEngine>, 
     }
 }
 
-#[test]
-fn openraft_suite_passes_on_the_memory_engine() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(MemBuilder)
+/// The suite sleeps (a second, several times), so its runtime has a clock.
+fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
 }
 
 #[test]
-fn openraft_suite_passes_on_rocksdb() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(RocksBuilder)
+fn openraft_suite_passes_on_the_memory_engine() -> Result<(), StorageError<TypeConfig>> {
+    run(Suite::test_all(MemBuilder))
+}
+
+#[test]
+fn openraft_suite_passes_on_rocksdb() -> Result<(), StorageError<TypeConfig>> {
+    run(Suite::test_all(RocksBuilder))
 }

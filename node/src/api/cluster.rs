@@ -34,7 +34,7 @@ pub async fn status(State(node): State<Arc<Node>>) -> Response {
     Json(ClusterStatus {
         node_id: node.id(),
         state: role(m.state),
-        leader_id: m.current_leader,
+        leader_id: node.leader_id_in(&m),
         term: m.current_term,
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),

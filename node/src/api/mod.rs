@@ -84,9 +84,10 @@ pub(crate) fn routes() -> Vec<Route> {
         route("POST", "/v1/cluster/voters", admin, doc("Sets the voter set.", None, Json(s::<VotersBody>), Json(s::<MembershipAnswer>)), post(cluster::change_voters)),
         route("POST", "/raft/append", Access::Peer, doc("Raft AppendEntries.", None, peer_rpc(), peer_rpc()), post(raft_api::append)),
         route("POST", "/raft/vote", Access::Peer, doc("Raft RequestVote.", None, peer_rpc(), peer_rpc()), post(raft_api::vote)),
-        route("POST", "/raft/snapshot", Access::Peer, doc("Raft InstallSnapshot.", None, peer_rpc(), peer_rpc()), post(raft_api::snapshot)),
+        route("POST", "/raft/pre-vote", Access::Peer, doc("Raft pre-vote: would this member vote for the candidate (nothing stored, no term change).", None, peer_rpc(), peer_rpc()), post(raft_api::pre_vote)),
+        route("POST", "/raft/snapshot", Access::Peer, doc("One chunk of a Raft snapshot; the last one installs it.", None, peer_rpc(), peer_rpc()), post(raft_api::snapshot)),
+        route("POST", "/raft/transfer-leader", Access::Peer, doc("The leader hands its leadership over: the member it names campaigns.", None, peer_rpc(), peer_rpc()), post(raft_api::transfer_leader)),
         route("POST", "/raft/stream", Access::Peer, doc("Upgrades the connection to the append stream (`upgrade: chainstore-raft-append/1`): AppendEntries as frames, one connection per leader and follower.", None, Content::None, peer_rpc()), post(raft_api::stream)),
-        route("POST", "/raft/elect", Access::Peer, doc("A leader handing its leadership over asks this member to campaign.", None, peer_rpc(), peer_rpc()), post(raft_api::elect)),
     ]
 }
 

@@ -32,10 +32,10 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let raft_stopped = m.running_state.as_ref().err().map(|e| e.to_string());
     let ready = storage_failure.is_none()
         && raft_stopped.is_none()
-        && m.current_leader.is_some()
+        && node.leader_id_in(&m).is_some()
         && lag <= READY_APPLY_LAG_MAX;
     let body = ReadyAnswer {
-        leader_id: m.current_leader,
+        leader_id: node.leader_id_in(&m),
         last_log_index: last_log,
         last_applied: applied,
         storage_failure,

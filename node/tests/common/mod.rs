@@ -173,6 +173,16 @@ impl Cluster {
         cluster
     }
 
+    /// Starts one node process per `(id, addr, dir)` on data directories made elsewhere (the
+    /// upgrade fixture), at the addresses their membership names. Nothing is initialized.
+    pub async fn adopt(nodes: Vec<(u64, String, PathBuf)>, options: Options) -> Self {
+        let mut cluster = Self::spawn(0, options).await;
+        for (id, addr, dir) in nodes {
+            cluster.start_proc(id, addr, dir).await;
+        }
+        cluster
+    }
+
     /// The directory of node `id`'s TLS files: `cert.pem`, `key.pem`, `ca.pem`.
     pub fn tls_dir(&self, id: u64) -> PathBuf {
         self._root.path().join(format!("tls-{id}"))
@@ -217,6 +227,11 @@ impl Cluster {
             let ca = self.ca.cert.clone();
             self.write_tls(id, &pem, &ca);
         }
+        self.start_proc(id, addr, dir).await;
+    }
+
+    /// Starts node `id` at `addr` on the data directory `dir`.
+    async fn start_proc(&mut self, id: u64, addr: String, dir: PathBuf) {
         self.procs.insert(
             id,
             Proc {

@@ -12,12 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::{BasicNode, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftStateMachine};
+use openraft::BasicNode;
 
 use super::keys;
 use super::log_store::{stage_purge, stage_vote};
 use super::snapshot;
+use super::types::{LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use super::{LogStore, NodeId, StateMachine};
 use crate::chain::{
     check_copied_format, keys as chain_keys, ChainStore, OpenError, StoreConfig, FORMAT_VERSION,
@@ -28,7 +29,7 @@ use crate::engine::{Engine, EngineView, KeyValue, StorageError, WriteBatch, Writ
 #[derive(Debug, Clone)]
 pub struct Backup {
     /// The last log entry the copy includes.
-    pub last_log_id: LogId<NodeId>,
+    pub last_log_id: LogId,
     /// The encoded copy, as written to a backup file.
     pub data: Vec<u8>,
 }
@@ -64,7 +65,7 @@ fn storage(err: impl std::fmt::Display) -> BackupError {
 /// written out in bounded pieces, so taking one costs memory independent of the store's size.
 pub struct BackupWriter<'a> {
     view: Box<dyn EngineView + 'a>,
-    last_log_id: LogId<NodeId>,
+    last_log_id: LogId,
 }
 
 impl std::fmt::Debug for BackupWriter<'_> {
@@ -77,7 +78,7 @@ impl std::fmt::Debug for BackupWriter<'_> {
 
 impl BackupWriter<'_> {
     /// The last log entry the backup includes.
-    pub fn last_log_id(&self) -> LogId<NodeId> {
+    pub fn last_log_id(&self) -> LogId {
         self.last_log_id
     }
 
@@ -108,7 +109,7 @@ pub fn take_backup<E: Engine + ?Sized>(engine: &E) -> Result<Backup, BackupError
 
 /// Reads the applied log id a backup file holds, checking that the whole file decodes and that
 /// its format is one this build reads.
-pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
+pub fn inspect_backup(data: &[u8]) -> Result<LogId, BackupError> {
     verify_checked(data)?.ok_or_else(|| BackupError::Invalid("it holds no applied log id".into()))
 }
 
@@ -117,7 +118,7 @@ pub fn inspect_backup(data: &[u8]) -> Result<LogId<NodeId>, BackupError> {
 /// strictly ascending order, and a format record among the pairs that agrees with the header.
 /// Every install and restore runs this before it changes anything. Returns the applied log id
 /// the file records.
-pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Option<LogId<NodeId>>, BackupError> {
+pub(crate) fn verify_checked<R: Read>(input: R) -> Result<Option<LogId>, BackupError> {
     let invalid = |e: StorageError| BackupError::Invalid(e.to_string());
     let mut reader = snapshot::Reader::new(input).map_err(invalid)?;
     if reader.summary().store_format != FORMAT_VERSION {
@@ -273,9 +274,7 @@ fn puts_of(batch: WriteBatch) -> Vec<KeyValue> {
 }
 
 /// The state-machine records an install writes from a snapshot's meta.
-pub(crate) fn meta_pairs(
-    meta: &SnapshotMeta<NodeId, BasicNode>,
-) -> Result<Vec<KeyValue>, BackupError> {
+pub(crate) fn meta_pairs(meta: &SnapshotMeta) -> Result<Vec<KeyValue>, BackupError> {
     let json = |value: serde_json::Result<Vec<u8>>| value.map_err(storage);
     Ok(vec![
         (
@@ -296,7 +295,7 @@ pub async fn restore_backup<E: Engine + ?Sized>(
     node_id: NodeId,
     voters: &BTreeMap<NodeId, String>,
     data: Vec<u8>,
-) -> Result<LogId<NodeId>, BackupError> {
+) -> Result<LogId, BackupError> {
     restore_backup_from(engine, node_id, voters, &mut Cursor::new(data)).await
 }
 
@@ -310,7 +309,7 @@ pub async fn restore_backup_from<E: Engine + ?Sized, R: Read + Seek>(
     node_id: NodeId,
     voters: &BTreeMap<NodeId, String>,
     source: &mut R,
-) -> Result<LogId<NodeId>, BackupError> {
+) -> Result<LogId, BackupError> {
     if !voters.contains_key(&node_id) {
         return Err(BackupError::BadVoters(format!(
             "the voters must include this node ({node_id})"
@@ -340,11 +339,11 @@ pub async fn restore_backup_from<E: Engine + ?Sized, R: Read + Seek>(
         .iter()
         .map(|(id, addr)| (*id, BasicNode::new(addr)))
         .collect();
-    let membership = Membership::new(vec![ids], nodes);
+    let membership =
+        Membership::new(vec![ids], nodes).map_err(|e| BackupError::BadVoters(e.to_string()))?;
     let meta = SnapshotMeta {
         last_log_id: Some(last_log_id),
         last_membership: StoredMembership::new(Some(last_log_id), membership),
-        snapshot_id: format!("restored-{}", last_log_id.index),
     };
     // The installed state, the log purged up to the backup's last entry (the log resumes after
     // it) and the vote, in ONE durable replacement: a crash leaves the store empty (restore

@@ -15,9 +15,9 @@
 //! no format number uses, so a log written by an older build is still read. Any other first byte
 //! names a format this build does not know and is refused with that reason, never guessed at.
 
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use super::types::{log_id, Entry, EntryPayload};
 
-use super::types::{Command, TypeConfig};
+use super::types::Command;
 use crate::chain::codec::{decode_effect, encode_effect, push_bytes, Reader};
 use crate::chain::{QuarantineNote, Rebuild};
 use crate::engine::StorageError;
@@ -37,7 +37,7 @@ const PAYLOAD_REBUILD: u8 = 4;
 const EFFECT_BYTES_MIN: usize = 9;
 
 /// Encodes one entry in the current format.
-pub fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, StorageError> {
+pub fn encode_entry(entry: &Entry) -> Result<Vec<u8>, StorageError> {
     let mut out = Vec::with_capacity(64);
     out.push(LOG_FORMAT);
     out.extend_from_slice(&entry.log_id.leader_id.term.to_be_bytes());
@@ -74,7 +74,7 @@ pub fn encode_entry(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, StorageError> 
 
 /// Decodes one entry written in format 2, or in format 1 by an older build. Damaged,
 /// truncated or unknown bytes are an error naming what is wrong, never a panic.
-pub fn decode_entry(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
+pub fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
     match bytes.first() {
         None => Err(StorageError::Corrupted("an empty log entry".into())),
         Some(&JSON_FORMAT_FIRST_BYTE) => serde_json::from_slice(bytes).map_err(|e| {
@@ -87,7 +87,7 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     }
 }
 
-fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
+fn decode_v2(bytes: &[u8]) -> Result<Entry, StorageError> {
     let mut r = Reader::new(bytes, "log entry");
     let term = r.u64()?;
     let node_id = r.u64()?;
@@ -117,7 +117,7 @@ fn decode_v2(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError> {
     };
     r.finish()?;
     Ok(Entry {
-        log_id: LogId::new(CommittedLeaderId::new(term, node_id), index),
+        log_id: log_id(term, node_id, index),
         payload,
     })
 }
@@ -224,8 +224,8 @@ mod tests {
         }
     }
 
-    fn entries() -> Vec<Entry<TypeConfig>> {
-        let log_id = |index| LogId::new(CommittedLeaderId::new(3, 2), index);
+    fn entries() -> Vec<Entry> {
+        let log_id = |index| log_id(3, 2, index);
         let nodes: BTreeMap<u64, BasicNode> = (1..=3)
             .map(|n| (n, BasicNode::new(format!("127.0.0.1:700{n}"))))
             .collect();
@@ -246,7 +246,7 @@ mod tests {
             },
             Entry {
                 log_id: log_id(2),
-                payload: EntryPayload::Membership(Membership::new(vec![voters], nodes)),
+                payload: EntryPayload::Membership(Membership::new(vec![voters], nodes).unwrap()),
             },
             Entry {
                 log_id: log_id(3),

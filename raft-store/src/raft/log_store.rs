@@ -1,23 +1,19 @@
 //! The Raft log store over an engine.
 
 use std::fmt::Debug;
+use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use openraft::raft::AppendEntriesRequest;
-use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{
-    AnyError, Entry, ErrorSubject, ErrorVerb, LogId, LogState, RaftLogReader, StorageError,
-    StorageIOError, Vote,
-};
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, RaftLogReader};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::entry_codec;
 use super::keys;
-use super::types::TypeConfig;
-use super::NodeId;
+use super::types::{Entry, LogId, TypeConfig, Vote};
 use crate::engine::{Engine, ScanOrder, WriteBatch};
 
 /// Most entries one replication read returns; replication asks again for the rest.
@@ -45,24 +41,7 @@ pub enum LogFlush {
 }
 
 /// Appends waiting for the fsync that makes them durable.
-type FlushQueue = mpsc::UnboundedSender<LogFlushed<TypeConfig>>;
-
-/// Where a leader's own appends are announced before their fsync ([`LogStore::announce_appends`]).
-struct Announce {
-    /// The node this store belongs to: only the entries it wrote as leader are announced.
-    leader: NodeId,
-    to: mpsc::Sender<AppendEntriesRequest<TypeConfig>>,
-}
-
-/// What an announcement is built from, as this store last wrote or read it.
-#[derive(Debug, Clone, Default)]
-struct Known {
-    vote: Option<Vote<NodeId>>,
-    committed: Option<LogId<NodeId>>,
-    /// The last log id (`Some(None)`: an empty log); `None` when unknown (after a truncation),
-    /// then read from the engine when needed.
-    last_log_id: Option<Option<LogId<NodeId>>>,
-}
+type FlushQueue = mpsc::UnboundedSender<IOFlushed<TypeConfig>>;
 
 /// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
 /// clone is the log reader.
@@ -70,8 +49,6 @@ pub struct LogStore<E: ?Sized> {
     engine: Arc<E>,
     /// Where appends wait for their fsync; `None`: the fsync is inline.
     flushing: Option<FlushQueue>,
-    announce: Option<Arc<Announce>>,
-    known: Known,
 }
 
 impl<E: ?Sized> Clone for LogStore<E> {
@@ -79,8 +56,6 @@ impl<E: ?Sized> Clone for LogStore<E> {
         Self {
             engine: Arc::clone(&self.engine),
             flushing: self.flushing.clone(),
-            announce: self.announce.clone(),
-            known: self.known.clone(),
         }
     }
 }
@@ -92,26 +67,7 @@ impl<E: Engine + ?Sized> LogStore<E> {
         Self {
             engine,
             flushing: None,
-            announce: None,
-            known: Known::default(),
         }
-    }
-
-    /// Announces every append of entries that node `leader` (this store's node) wrote as the
-    /// leader of its committed vote, as soon as they are written and BEFORE their fsync: as
-    /// the AppendEntries request a follower needs to store them (this store's vote, the log id
-    /// before them, its last committed id). A leader may send its entries to its followers
-    /// while it makes them durable itself, as Raft allows: nothing counts an entry as
-    /// replicated but openraft's own replication, whose answers alone commit it, and this
-    /// node's vote for it still waits for its fsync. An announcement that finds `to` full is
-    /// dropped (replication sends the entries anyway).
-    pub fn announce_appends(
-        mut self,
-        leader: NodeId,
-        to: mpsc::Sender<AppendEntriesRequest<TypeConfig>>,
-    ) -> Self {
-        self.announce = Some(Arc::new(Announce { leader, to }));
-        self
     }
 
     /// A log store whose appends are made durable as `flush` says (a blocking thread or a task
@@ -144,90 +100,29 @@ impl<E: Engine + ?Sized> LogStore<E> {
                 Some(queue)
             }
         };
-        Self {
-            engine,
-            flushing,
-            announce: None,
-            known: Known::default(),
-        }
+        Self { engine, flushing }
     }
 
-    fn read_value<T: DeserializeOwned>(
-        &self,
-        key: &[u8],
-        subject: ErrorSubject<NodeId>,
-    ) -> Result<Option<T>, StorageError<NodeId>> {
-        let bytes = self
-            .engine
-            .get(key)
-            .map_err(|e| io_error(subject.clone(), ErrorVerb::Read, e))?;
+    fn read_value<T: DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        let bytes = self.engine.get(key).map_err(io::Error::other)?;
         bytes
-            .map(|b| serde_json::from_slice(&b).map_err(|e| io_error(subject, ErrorVerb::Read, e)))
+            .map(|b| serde_json::from_slice(&b).map_err(io::Error::other))
             .transpose()
     }
 
     /// Writes `entries` to the log in one durable batch: the write behind
     /// [`RaftLogStorage::append`] when its fsync is inline.
-    pub fn write_entries(
-        &self,
-        entries: impl IntoIterator<Item = Entry<TypeConfig>>,
-    ) -> Result<(), StorageError<NodeId>> {
+    pub fn write_entries(&self, entries: impl IntoIterator<Item = Entry>) -> io::Result<()> {
         self.engine
             .write_durable(entries_batch(entries)?)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
+            .map_err(io::Error::other)
     }
 
-    /// The id of the entry at `index`, or the purged id when it is that one; `None` when the
-    /// log holds neither.
-    fn log_id_at(&self, index: u64) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        let stored = self
-            .engine
-            .get(&keys::log_entry(index))
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
-        if let Some(value) = stored {
-            return Ok(Some(decode_entry(&value)?.log_id));
-        }
-        let purged: Option<LogId<NodeId>> = self.read_value(keys::PURGED, ErrorSubject::Logs)?;
-        Ok(purged.filter(|p| p.index == index))
-    }
-
-    /// Hands `entries`, just written, to the announcement's receiver when this node wrote them
-    /// as the leader of its committed vote and the log id before them is known.
-    fn announce(&self, entries: &[Entry<TypeConfig>]) {
-        let (Some(announce), Some(vote), Some(first)) =
-            (&self.announce, &self.known.vote, entries.first())
-        else {
-            return;
-        };
-        let led_by_vote = vote.is_committed()
-            && vote.leader_id().voted_for() == Some(announce.leader)
-            && entries
-                .iter()
-                .all(|e| e.log_id.leader_id == *vote.leader_id());
-        if !led_by_vote || announce.to.capacity() == 0 {
-            return;
-        }
-        let prev_log_id = match (first.log_id.index.checked_sub(1), &self.known.last_log_id) {
-            (None, _) => None,
-            (Some(prev), Some(Some(last))) if last.index == prev => Some(*last),
-            (Some(prev), _) => match self.log_id_at(prev) {
-                Ok(Some(id)) => Some(id),
-                _ => return,
-            },
-        };
-        let _ = announce.to.try_send(AppendEntriesRequest {
-            vote: *vote,
-            prev_log_id,
-            entries: entries.to_vec(),
-            leader_commit: self.known.committed,
-        });
-    }
-
-    fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+    fn last_entry_id(&self) -> io::Result<Option<LogId>> {
         let last = self
             .engine
             .scan(&keys::log_entry(0), &keys::log_end(), ScanOrder::Reverse, 1)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+            .map_err(io::Error::other)?;
         match last.first() {
             None => Ok(None),
             Some((_, value)) => Ok(Some(decode_entry(value)?.log_id)),
@@ -236,20 +131,14 @@ impl<E: Engine + ?Sized> LogStore<E> {
 }
 
 /// Adds the vote to `batch`.
-pub(crate) fn stage_vote(
-    batch: &mut WriteBatch,
-    vote: &Vote<NodeId>,
-) -> Result<(), StorageError<NodeId>> {
-    batch.put(keys::VOTE, encode(vote, ErrorSubject::Vote)?);
+pub(crate) fn stage_vote(batch: &mut WriteBatch, vote: &Vote) -> io::Result<()> {
+    batch.put(keys::VOTE, encode(vote)?);
     Ok(())
 }
 
 /// Adds to `batch` the purge of every entry up to `log_id` and the purged marker.
-pub(crate) fn stage_purge(
-    batch: &mut WriteBatch,
-    log_id: &LogId<NodeId>,
-) -> Result<(), StorageError<NodeId>> {
-    batch.put(keys::PURGED, encode(log_id, ErrorSubject::Logs)?);
+pub(crate) fn stage_purge(batch: &mut WriteBatch, log_id: &LogId) -> io::Result<()> {
+    batch.put(keys::PURGED, encode(log_id)?);
     let end = match log_id.index.checked_add(1) {
         Some(end) => keys::log_entry(end),
         None => keys::log_end(),
@@ -259,16 +148,15 @@ pub(crate) fn stage_purge(
 }
 
 /// The log entries `entries` as one batch.
-fn entries_batch<T: std::borrow::Borrow<Entry<TypeConfig>>>(
+fn entries_batch<T: std::borrow::Borrow<Entry>>(
     entries: impl IntoIterator<Item = T>,
-) -> Result<WriteBatch, StorageError<NodeId>> {
+) -> io::Result<WriteBatch> {
     let mut batch = WriteBatch::new();
     for entry in entries {
         let entry = entry.borrow();
         batch.put(
             keys::log_entry(entry.log_id.index),
-            entry_codec::encode_entry(entry)
-                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?,
+            entry_codec::encode_entry(entry).map_err(io::Error::other)?,
         );
     }
     Ok(batch)
@@ -278,8 +166,8 @@ fn entries_batch<T: std::borrow::Borrow<Entry<TypeConfig>>>(
 /// Every append's entries were written before it was queued, so the sync covers them all.
 fn flush_queued<E: Engine + ?Sized>(
     engine: &E,
-    first: LogFlushed<TypeConfig>,
-    waiting: &mut mpsc::UnboundedReceiver<LogFlushed<TypeConfig>>,
+    first: IOFlushed<TypeConfig>,
+    waiting: &mut mpsc::UnboundedReceiver<IOFlushed<TypeConfig>>,
 ) {
     let mut flushed = vec![first];
     while let Ok(next) = waiting.try_recv() {
@@ -287,35 +175,24 @@ fn flush_queued<E: Engine + ?Sized>(
     }
     let synced = engine.sync();
     for callback in flushed {
-        callback.log_io_completed(io_outcome(&synced));
+        callback.io_completed(io_outcome(&synced));
     }
 }
 
 /// An outcome as openraft's flush callback takes it.
-fn io_outcome<T: std::fmt::Display>(outcome: &Result<(), T>) -> Result<(), std::io::Error> {
+fn io_outcome<T: std::fmt::Display>(outcome: &Result<(), T>) -> io::Result<()> {
     outcome
         .as_ref()
         .map(|_| ())
-        .map_err(|err| std::io::Error::other(err.to_string()))
+        .map_err(|err| io::Error::other(err.to_string()))
 }
 
-fn io_error(
-    subject: ErrorSubject<NodeId>,
-    verb: ErrorVerb,
-    err: impl std::error::Error + 'static,
-) -> StorageError<NodeId> {
-    StorageIOError::new(subject, verb, AnyError::new(&err)).into()
+fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(io::Error::other)
 }
 
-fn encode<T: Serialize>(
-    value: &T,
-    subject: ErrorSubject<NodeId>,
-) -> Result<Vec<u8>, StorageError<NodeId>> {
-    serde_json::to_vec(value).map_err(|e| io_error(subject, ErrorVerb::Write, e))
-}
-
-fn decode_entry(bytes: &[u8]) -> Result<Entry<TypeConfig>, StorageError<NodeId>> {
-    entry_codec::decode_entry(bytes).map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))
+fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
+    entry_codec::decode_entry(bytes).map_err(io::Error::other)
 }
 
 fn start_index(range: &impl RangeBounds<u64>) -> u64 {
@@ -343,22 +220,18 @@ impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+    ) -> io::Result<Vec<Entry>> {
         let start = keys::log_entry(start_index(&range));
         let pairs = self
             .engine
             .scan(&start, &end_key(&range), ScanOrder::Forward, usize::MAX)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+            .map_err(io::Error::other)?;
         pairs.iter().map(|(_, value)| decode_entry(value)).collect()
     }
 
     /// The first entries of `[start, end)` for replication: at most [`READ_ENTRIES_MAX`] and
     /// about [`READ_BYTES_MAX`] bytes, one at least.
-    async fn limited_get_log_entries(
-        &mut self,
-        start: u64,
-        end: u64,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
         let pairs = self
             .engine
             .view()
@@ -368,19 +241,21 @@ impl<E: Engine + ?Sized> RaftLogReader<TypeConfig> for LogStore<E> {
                 READ_ENTRIES_MAX,
                 READ_BYTES_MAX,
             )
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+            .map_err(io::Error::other)?;
         pairs.iter().map(|(_, value)| decode_entry(value)).collect()
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        self.read_value(keys::VOTE)
     }
 }
 
 impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        let last_purged_log_id: Option<LogId<NodeId>> =
-            self.read_value(keys::PURGED, ErrorSubject::Logs)?;
+    async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
+        let last_purged_log_id: Option<LogId> = self.read_value(keys::PURGED)?;
         let last_log_id = self.last_entry_id()?.or(last_purged_log_id);
-        self.known.last_log_id = Some(last_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -391,130 +266,92 @@ impl<E: Engine + ?Sized> RaftLogStorage<TypeConfig> for LogStore<E> {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         let mut batch = WriteBatch::new();
         stage_vote(&mut batch, vote)?;
-        self.known.vote = None;
-        self.engine
-            .write_durable(batch)
-            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))?;
-        self.known.vote = Some(*vote);
-        Ok(())
+        self.engine.write_durable(batch).map_err(io::Error::other)
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        let vote = self.read_value(keys::VOTE, ErrorSubject::Vote)?;
-        self.known.vote = vote;
-        Ok(vote)
-    }
-
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId<NodeId>>,
-    ) -> Result<(), StorageError<NodeId>> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         // Not synced: a committed id lost in a crash only means re-applying less at start-up;
         // the entries themselves are durable.
         let mut batch = WriteBatch::new();
-        batch.put(keys::COMMITTED, encode(&committed, ErrorSubject::Store)?);
-        self.engine
-            .write(batch)
-            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
-        self.known.committed = committed;
-        Ok(())
+        batch.put(keys::COMMITTED, encode(&committed)?);
+        self.engine.write(batch).map_err(io::Error::other)
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        let committed = self
-            .read_value::<Option<LogId<NodeId>>>(keys::COMMITTED, ErrorSubject::Store)?
-            .flatten();
-        self.known.committed = committed;
-        Ok(committed)
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(self.read_value::<Option<LogId>>(keys::COMMITTED)?.flatten())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError<NodeId>>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        let last = entries.last().map(|e| e.log_id);
-        // Durable before the callback: openraft counts this node's vote for the entries only
-        // once they survive a crash.
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        // Durable before the callback: openraft counts this node's copy of the entries (its
+        // vote for them) only once they survive a crash. A leader's AppendEntries to its
+        // followers leave as soon as this returns, before the callback: the followers' fsyncs
+        // run while the leader's own does.
         let Some(flushing) = &self.flushing else {
             let written = self.write_entries(entries);
-            self.known.last_log_id = written.is_ok().then_some(last).flatten().map(Some);
-            callback.log_io_completed(io_outcome(&written));
+            callback.io_completed(io_outcome(&written));
             return written;
         };
         // Written (readable, as openraft needs once this returns) but not yet synced: the
-        // flusher's next fsync makes them durable and only then calls back. Meanwhile a leader
-        // announces them, so its followers store them while it syncs.
-        let written = entries_batch(&entries).and_then(|batch| {
-            self.engine
-                .write(batch)
-                .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))
-        });
-        if written.is_ok() {
-            self.announce(&entries);
-        }
-        self.known.last_log_id = written.is_ok().then_some(last).flatten().map(Some);
+        // flusher's next fsync makes them durable and only then calls back.
+        let written = entries_batch(&entries)
+            .and_then(|batch| self.engine.write(batch).map_err(io::Error::other));
         match written {
             Ok(()) => {
                 if let Err(unsent) = flushing.send(callback) {
                     // The flusher is gone (shutting down): sync here.
-                    let synced = self
-                        .engine
-                        .sync()
-                        .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e));
-                    unsent.0.log_io_completed(io_outcome(&synced));
+                    let synced = self.engine.sync().map_err(io::Error::other);
+                    unsent.0.io_completed(io_outcome(&synced));
                     return synced;
                 }
                 Ok(())
             }
             Err(err) => {
-                callback.log_io_completed(Err(std::io::Error::other(err.to_string())));
+                callback.io_completed(Err(io::Error::other(err.to_string())));
                 Err(err)
             }
         }
     }
 
-    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn truncate_after(&mut self, last: Option<LogId>) -> io::Result<()> {
+        let from = match last {
+            None => keys::log_entry(0),
+            Some(id) => match id.index.checked_add(1) {
+                Some(next) => keys::log_entry(next),
+                None => return Ok(()),
+            },
+        };
         let mut batch = WriteBatch::new();
-        batch.delete_range(keys::log_entry(log_id.index), keys::log_end());
-        self.known.last_log_id = None;
-        self.engine
-            .write_durable(batch)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))
+        batch.delete_range(from, keys::log_end());
+        self.engine.write_durable(batch).map_err(io::Error::other)
     }
 
-    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         // The purged entries are covered by applied state, which the state machine does not
         // sync itself: make it durable before the entries go.
-        self.engine
-            .sync()
-            .map_err(|e| io_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
+        self.engine.sync().map_err(io::Error::other)?;
         let mut batch = WriteBatch::new();
         stage_purge(&mut batch, &log_id)?;
-        self.engine
-            .write_durable(batch)
-            .map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Delete, e))
+        self.engine.write_durable(batch).map_err(io::Error::other)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload};
-
+    use super::super::types::{log_id, EntryPayload};
     use super::*;
     use crate::engine::MemEngine;
 
-    fn entry(index: u64) -> Entry<TypeConfig> {
+    fn entry(index: u64) -> Entry {
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+            log_id: log_id(2, 1, index),
             payload: EntryPayload::Blank,
         }
     }

@@ -1,4 +1,4 @@
-//! openraft storage over the engine (openraft 0.9, `storage-v2`).
+//! openraft storage over the engine (openraft 0.10).
 //!
 //! - [`LogStore`]: the Raft log, vote and committed id under the `R/` namespace. An append is
 //!   durable (synced) before openraft is told so. Entries are stored in the log's own versioned
@@ -20,9 +20,6 @@
 //! restart); `LogStore::purge` syncs the engine before deleting entries, so the applied state a
 //! purge relies on is durable first.
 
-// openraft's trait methods return its `StorageError`, a large type; helpers return it too.
-#![allow(clippy::result_large_err)]
-
 mod backup;
 pub mod entry_codec;
 mod keys;
@@ -42,7 +39,10 @@ pub use log_store::{LogFlush, LogStore};
 pub use runtime::{seed_thread_rng, ChainRuntime};
 pub use snapshot_data::{SnapshotData, SnapshotDir, SnapshotFile};
 pub use state_machine::StateMachine;
-pub use types::{Command, CommandResult, Rejection, TypeConfig};
+pub use types::{
+    log_id, Command, CommandResult, Entry, EntryPayload, LeaderId, LogId, Membership, Rejection,
+    Snapshot, SnapshotMeta, StoredMembership, TypeConfig, Vote,
+};
 
 /// The state machine's key range `[start, end)`: everything a snapshot or a backup holds, and
 /// nothing of the Raft log (which differs between replicas).

@@ -13,11 +13,10 @@
 //! allocated for it.
 
 use openraft::raft::AppendEntriesRequest;
-use openraft::{CommittedLeaderId, LogId, Vote};
 
 use super::entry_codec::{decode_entry, encode_entry};
 use super::types::TypeConfig;
-use super::NodeId;
+use super::types::{log_id, LogId, Vote};
 use crate::chain::codec::{push_bytes, Reader};
 use crate::engine::StorageError;
 
@@ -83,7 +82,7 @@ pub fn decode_append_request(
     })
 }
 
-fn push_log_id(out: &mut Vec<u8>, id: Option<&LogId<NodeId>>) {
+fn push_log_id(out: &mut Vec<u8>, id: Option<&LogId>) {
     match id {
         None => out.push(0),
         Some(id) => {
@@ -95,17 +94,14 @@ fn push_log_id(out: &mut Vec<u8>, id: Option<&LogId<NodeId>>) {
     }
 }
 
-fn read_log_id(r: &mut Reader<'_>) -> Result<Option<LogId<NodeId>>, StorageError> {
+fn read_log_id(r: &mut Reader<'_>) -> Result<Option<LogId>, StorageError> {
     match r.u8()? {
         0 => Ok(None),
         1 => {
             let term = r.u64()?;
             let node_id = r.u64()?;
             let index = r.u64()?;
-            Ok(Some(LogId::new(
-                CommittedLeaderId::new(term, node_id),
-                index,
-            )))
+            Ok(Some(log_id(term, node_id, index)))
         }
         other => Err(StorageError::Corrupted(format!(
             "append request has log id flag {other}"
@@ -120,7 +116,7 @@ mod tests {
     use super::*;
 
     fn request(entries: u64) -> AppendEntriesRequest<TypeConfig> {
-        let log_id = |index| LogId::new(CommittedLeaderId::new(5, 2), index);
+        let log_id = |index| log_id(5, 2, index);
         AppendEntriesRequest {
             vote: Vote::new_committed(5, 2),
             prev_log_id: Some(log_id(9)),

@@ -4,11 +4,15 @@
 //! seeded from the process's random hasher keys on first use.
 
 use std::cell::Cell;
+use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
+use openraft::{AsyncRuntime, OptionalSend};
+use openraft_rt_tokio::{
+    TokioInstant, TokioMpsc, TokioMutex, TokioOneshot, TokioRuntime, TokioWatch,
+};
 
 thread_local! {
     /// xorshift64* state; 0 means "not seeded yet".
@@ -49,44 +53,50 @@ fn next_u64() -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadRng;
 
-impl rand::RngCore for ThreadRng {
-    fn next_u32(&mut self) -> u32 {
-        (next_u64() >> 32) as u32
+impl rand_core::TryRng for ThreadRng {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok((next_u64() >> 32) as u32)
     }
 
-    fn next_u64(&mut self) -> u64 {
-        next_u64()
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(next_u64())
     }
 
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), Infallible> {
         for chunk in dest.chunks_mut(8) {
             let bytes = next_u64().to_le_bytes();
             chunk.copy_from_slice(&bytes[..chunk.len()]);
         }
-    }
-
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
-        self.fill_bytes(dest);
         Ok(())
     }
 }
 
-/// Tokio with a seedable generator.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct ChainRuntime;
+/// Tokio with a seedable generator. openraft builds a value of it only in its own tests
+/// (`new`, `block_on`); a node runs on the tokio runtime it is started on.
+pub struct ChainRuntime(TokioRuntime);
+
+impl std::fmt::Debug for ChainRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChainRuntime")
+    }
+}
 
 impl AsyncRuntime for ChainRuntime {
-    type JoinError = <TokioRuntime as AsyncRuntime>::JoinError;
-    type JoinHandle<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::JoinHandle<T>;
-    type Sleep = <TokioRuntime as AsyncRuntime>::Sleep;
+    // The tokio runtime's own types, named directly: through a projection on `TokioRuntime`
+    // the compiler cannot prove futures holding a `Raft` to be `Send`.
+    type JoinError = tokio::task::JoinError;
+    type JoinHandle<T: OptionalSend + 'static> = tokio::task::JoinHandle<T>;
+    type Sleep = tokio::time::Sleep;
     type Instant = TokioInstant;
-    type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
-    type Timeout<R, T: Future<Output = R> + OptionalSend> =
-        <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
+    type TimeoutError = tokio::time::error::Elapsed;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> = tokio::time::Timeout<T>;
     type ThreadLocalRng = ThreadRng;
-    type OneshotSender<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotSender<T>;
-    type OneshotReceiverError = <TokioRuntime as AsyncRuntime>::OneshotReceiverError;
-    type OneshotReceiver<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotReceiver<T>;
+    type Mpsc = TokioMpsc;
+    type Watch = TokioWatch;
+    type Oneshot = TokioOneshot;
+    type Mutex<T: OptionalSend + 'static> = TokioMutex<T>;
 
     fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
     where
@@ -126,26 +136,28 @@ impl AsyncRuntime for ChainRuntime {
         ThreadRng
     }
 
-    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    fn new(threads: usize) -> Self {
+        ChainRuntime(TokioRuntime::new(threads))
+    }
+
+    fn block_on<F, T>(&mut self, future: F) -> T
     where
-        T: OptionalSend,
+        F: Future<Output = T>,
     {
-        TokioRuntime::oneshot()
+        self.0.block_on(future)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::Rng;
+    use rand_core::Rng;
 
     #[test]
     fn a_seed_fixes_the_sequence() {
         let draw = |seed| {
             seed_thread_rng(seed);
-            (0..4)
-                .map(|_| ThreadRng.gen_range(150..300u64))
-                .collect::<Vec<_>>()
+            (0..4).map(|_| ThreadRng.next_u64()).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));

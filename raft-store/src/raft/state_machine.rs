@@ -1,39 +1,34 @@
 //! The Raft state machine: the chain store, applied one entry per atomic batch.
 
 use std::collections::BTreeSet;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use openraft::storage::RaftStateMachine;
-use openraft::{
-    AnyError, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, Snapshot,
-    SnapshotMeta, StorageError, StorageIOError, StoredMembership,
-};
+use futures_util::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::RaftSnapshotBuilder;
 
 use super::backup::{install_from, meta_pairs};
 use super::keys;
 use super::snapshot;
 use super::snapshot_data::{SnapshotData, SnapshotDir};
-use super::types::{Command, CommandResult, Rejection, TypeConfig};
-use super::NodeId;
+use super::types::{
+    Command, CommandResult, Entry, EntryPayload, LogId, Rejection, Snapshot, SnapshotMeta,
+    StoredMembership, TypeConfig,
+};
 use crate::chain::{ApplyError, ChainStore, Effect, FORMAT_VERSION};
 use crate::engine::{Engine, EngineView, WriteBatch};
 
-type Membership = StoredMembership<NodeId, openraft::BasicNode>;
-
-fn sm_error(verb: ErrorVerb, err: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&err)).into()
-}
-
-fn snapshot_error(verb: ErrorVerb, err: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&err)).into()
+/// A storage error as openraft takes it (it adds what was being done).
+fn io_error(err: impl std::fmt::Display) -> io::Error {
+    io::Error::other(err.to_string())
 }
 
 /// The last snapshot built or installed: its bytes in memory, or the file holding them.
 #[derive(Clone)]
 struct HeldSnapshot {
-    meta: SnapshotMeta<NodeId, openraft::BasicNode>,
+    meta: SnapshotMeta,
     data: Held,
 }
 
@@ -99,7 +94,7 @@ impl<E: Engine + ?Sized> StateMachine<E> {
 
     /// Makes `data` the current snapshot; the file of the one it replaces goes (a reader that
     /// opened it keeps reading it).
-    fn hold(&self, meta: SnapshotMeta<NodeId, openraft::BasicNode>, data: SnapshotData) {
+    fn hold(&self, meta: SnapshotMeta, data: SnapshotData) {
         let data = match data {
             SnapshotData::Memory(cursor) => Held::Memory(cursor.into_inner()),
             SnapshotData::File(file) => Held::File(file.path().to_path_buf()),
@@ -114,11 +109,19 @@ impl<E: Engine + ?Sized> StateMachine<E> {
         }
     }
 
-    /// Applies one entry: its effect (if any) and its log id in one batch.
-    fn apply_entry(
+    /// Applies `entries` in order, each as [`RaftStateMachine::apply`] does; their results.
+    pub fn apply_entries(
         &self,
-        entry: &Entry<TypeConfig>,
-    ) -> Result<CommandResult, StorageError<NodeId>> {
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> io::Result<Vec<CommandResult>> {
+        entries
+            .into_iter()
+            .map(|entry| self.apply_entry(&entry))
+            .collect()
+    }
+
+    /// Applies one entry: its effect (if any) and its log id in one batch.
+    fn apply_entry(&self, entry: &Entry) -> io::Result<CommandResult> {
         let mut batch = WriteBatch::new();
         let result = match &entry.payload {
             EntryPayload::Blank => CommandResult::Nothing,
@@ -152,15 +155,13 @@ impl<E: Engine + ?Sized> StateMachine<E> {
                 }
             }
             EntryPayload::Membership(membership) => {
-                let stored = Membership::new(Some(entry.log_id), membership.clone());
+                let stored = StoredMembership::new(Some(entry.log_id), membership.clone());
                 batch.put(keys::MEMBERSHIP, to_json(&stored)?);
                 CommandResult::Nothing
             }
         };
         batch.put(keys::APPLIED, to_json(&Some(entry.log_id))?);
-        self.engine()
-            .write(batch)
-            .map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        self.engine().write(batch).map_err(io_error)?;
         Ok(result)
     }
 
@@ -169,9 +170,9 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     fn stage(
         &self,
         effect: &Effect,
-        log_id: LogId<NodeId>,
+        log_id: LogId,
         batch: &mut WriteBatch,
-    ) -> Result<CommandResult, StorageError<NodeId>> {
+    ) -> io::Result<CommandResult> {
         Ok(match self.store.stage_effect(effect, log_id.index) {
             Ok((effect_batch, applied)) => {
                 batch.extend(effect_batch);
@@ -184,16 +185,14 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     /// The applied log id and membership, read from stored pairs.
     pub(crate) fn applied_from(
         pairs: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    ) -> io::Result<(Option<LogId>, StoredMembership)> {
         let mut applied = None;
-        let mut membership = Membership::default();
+        let mut membership = StoredMembership::default();
         for (key, value) in pairs {
             if key.as_slice() == keys::APPLIED {
-                applied = serde_json::from_slice::<Option<LogId<NodeId>>>(value)
-                    .map_err(|e| sm_error(ErrorVerb::Read, e))?;
+                applied = serde_json::from_slice::<Option<LogId>>(value).map_err(io_error)?;
             } else if key.as_slice() == keys::MEMBERSHIP {
-                membership =
-                    serde_json::from_slice(value).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+                membership = serde_json::from_slice(value).map_err(io_error)?;
             }
         }
         Ok((applied, membership))
@@ -202,10 +201,10 @@ impl<E: Engine + ?Sized> StateMachine<E> {
     /// The applied log id and membership as `view` sees them.
     pub(crate) fn applied_in<V: EngineView + ?Sized>(
         view: &V,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    ) -> io::Result<(Option<LogId>, StoredMembership)> {
         let mut pairs = Vec::with_capacity(2);
         for key in [keys::APPLIED, keys::MEMBERSHIP] {
-            if let Some(value) = view.get(key).map_err(|e| sm_error(ErrorVerb::Read, e))? {
+            if let Some(value) = view.get(key).map_err(io_error)? {
                 pairs.push((key.to_vec(), value));
             }
         }
@@ -215,10 +214,13 @@ impl<E: Engine + ?Sized> StateMachine<E> {
 
 /// The result of an effect or a rebuild that was refused, or the storage error that stops the
 /// apply.
-fn rejected(err: ApplyError, log_id: LogId<NodeId>) -> Result<CommandResult, StorageError<NodeId>> {
+fn rejected(err: ApplyError, log_id: LogId) -> io::Result<CommandResult> {
     Ok(CommandResult::Rejected(match err {
         ApplyError::Storage(err) => {
-            return Err(StorageIOError::apply(log_id, AnyError::new(&err)).into())
+            return Err(io::Error::other(format!(
+                "applying the entry at {}: {err}",
+                log_id.index
+            )))
         }
         ApplyError::Forked(fork) => Rejection::Forked(fork),
         ApplyError::HeadMoved { expected, found } => Rejection::HeadMoved { expected, found },
@@ -226,8 +228,8 @@ fn rejected(err: ApplyError, log_id: LogId<NodeId>) -> Result<CommandResult, Sto
     }))
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeId>> {
-    serde_json::to_vec(value).map_err(|e| sm_error(ErrorVerb::Write, e))
+fn to_json<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(io_error)
 }
 
 /// Writes the state machine as one view sees it into `out`: the pairs, the applied id and the
@@ -236,28 +238,19 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StorageError<NodeI
 fn build_into<E: Engine + ?Sized>(
     engine: &E,
     mut out: SnapshotData,
-) -> Result<(SnapshotMeta<NodeId, openraft::BasicNode>, SnapshotData), StorageError<NodeId>> {
-    let io = |e: std::io::Error| snapshot_error(ErrorVerb::Write, e);
+) -> io::Result<(SnapshotMeta, SnapshotData)> {
     let view = engine.view();
     let (last_log_id, last_membership) = StateMachine::<E>::applied_in(&*view)?;
     let buffered = BufWriter::with_capacity(1 << 20, &mut out);
-    let (mut buffered, _) = snapshot::write_view(&*view, FORMAT_VERSION, buffered)
-        .map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-    buffered.flush().map_err(io)?;
+    let (mut buffered, _) =
+        snapshot::write_view(&*view, FORMAT_VERSION, buffered).map_err(io_error)?;
+    buffered.flush()?;
     drop(buffered);
     drop(view);
-    out.seek(SeekFrom::Start(0)).map_err(io)?;
-    let snapshot_id = match &last_log_id {
-        Some(id) => format!(
-            "{}-{}-{}",
-            id.leader_id.term, id.leader_id.node_id, id.index
-        ),
-        None => "empty".to_string(),
-    };
+    out.seek(SeekFrom::Start(0))?;
     let meta = SnapshotMeta {
         last_log_id,
         last_membership,
-        snapshot_id,
     };
     Ok((meta, out))
 }
@@ -266,114 +259,93 @@ fn build_into<E: Engine + ?Sized>(
 /// memory (the simulations, which must not start threads).
 async fn off_the_workers<T: Send + 'static>(
     files: bool,
-    work: impl FnOnce() -> Result<T, StorageError<NodeId>> + Send + 'static,
-) -> Result<T, StorageError<NodeId>> {
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     if !files {
         return work();
     }
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
+    tokio::task::spawn_blocking(work).await.map_err(io_error)?
 }
 
 impl<E: Engine + ?Sized> RaftSnapshotBuilder<TypeConfig> for StateMachine<E> {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let engine = Arc::clone(self.engine());
         let files = self.files.clone();
         let (meta, data) = off_the_workers(files.is_some(), move || {
             let out = match &files {
-                Some(dir) => SnapshotData::File(
-                    dir.create("built")
-                        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?,
-                ),
+                Some(dir) => SnapshotData::File(dir.create("built")?),
                 None => SnapshotData::memory(Vec::new()),
             };
             build_into(&*engine, out)
         })
         .await?;
-        let snapshot = self.reopen(&meta, &data)?;
+        let snapshot = self.reopen(&data)?;
         self.hold(meta.clone(), data);
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(snapshot),
-        })
+        Ok(Snapshot { meta, snapshot })
     }
 }
 
 impl<E: Engine + ?Sized> StateMachine<E> {
     /// A second handle on a snapshot's bytes, read from the start.
-    fn reopen(
-        &self,
-        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        data: &SnapshotData,
-    ) -> Result<SnapshotData, StorageError<NodeId>> {
+    fn reopen(&self, data: &SnapshotData) -> io::Result<SnapshotData> {
         match data {
             SnapshotData::Memory(cursor) => Ok(SnapshotData::memory(cursor.get_ref().clone())),
-            SnapshotData::File(file) => SnapshotDir::reopen(file.path())
-                .map(SnapshotData::File)
-                .map_err(|e| {
-                    StorageIOError::new(
-                        ErrorSubject::Snapshot(Some(meta.signature())),
-                        ErrorVerb::Read,
-                        AnyError::new(&e),
-                    )
-                    .into()
-                }),
+            SnapshotData::File(file) => SnapshotDir::reopen(file.path()).map(SnapshotData::File),
+        }
+    }
+
+    /// Where a snapshot sent by the leader is received: a new file of the snapshot directory,
+    /// or memory.
+    pub fn begin_receiving_snapshot(&self) -> io::Result<SnapshotData> {
+        match &self.files {
+            Some(dir) => dir.create("received").map(SnapshotData::File),
+            None => Ok(SnapshotData::memory(Vec::new())),
         }
     }
 }
 
 impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = Self;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
         Self::applied_in(&*self.engine().view())
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<NodeId>>
+    /// Applies each entry as it comes and answers its waiting client at once.
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        S: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + Send,
     {
-        entries
-            .into_iter()
-            .map(|entry| self.apply_entry(&entry))
-            .collect()
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let result = self.apply_entry(&entry)?;
+            if let Some(responder) = responder {
+                responder.send(result);
+            }
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
-        match &self.files {
-            Some(dir) => dir
-                .create("received")
-                .map(|file| Box::new(SnapshotData::File(file)))
-                .map_err(|e| snapshot_error(ErrorVerb::Write, e)),
-            None => Ok(Box::new(SnapshotData::memory(Vec::new()))),
-        }
-    }
-
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        snapshot: Box<SnapshotData>,
-    ) -> Result<(), StorageError<NodeId>> {
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> io::Result<()> {
         // Verified whole (every checksum, the trailer, the store format) before anything is
         // written, then written as ONE replacement of the state machine's range: a damaged
         // snapshot or one of another format leaves the old state in place, and a reader or a
         // crash sees the old state or the new one.
         let engine = Arc::clone(self.engine());
         let install_meta = meta.clone();
-        let mut data = *snapshot;
+        let mut data = snapshot;
         let data = off_the_workers(self.files.is_some(), move || {
-            let overrides =
-                meta_pairs(&install_meta).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+            let overrides = meta_pairs(&install_meta).map_err(io_error)?;
             match install_from(&*engine, &mut data, overrides) {
                 Ok(()) => Ok(data),
                 Err(err) => {
@@ -382,7 +354,7 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
                     if let SnapshotData::File(file) = &data {
                         let _ = std::fs::remove_file(file.path());
                     }
-                    Err(snapshot_error(ErrorVerb::Write, err))
+                    Err(io_error(err))
                 }
             }
         })
@@ -391,9 +363,7 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
         Ok(())
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         // Opened under the lock: the file cannot be replaced (and removed) in between.
         let held = self.held();
         let Some(current) = held.as_ref() else {
@@ -401,13 +371,11 @@ impl<E: Engine + ?Sized> RaftStateMachine<TypeConfig> for StateMachine<E> {
         };
         let data = match &current.data {
             Held::Memory(bytes) => SnapshotData::memory(bytes.clone()),
-            Held::File(path) => SnapshotDir::reopen(path)
-                .map(SnapshotData::File)
-                .map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
+            Held::File(path) => SnapshotDir::reopen(path).map(SnapshotData::File)?,
         };
         Ok(Some(Snapshot {
             meta: current.meta.clone(),
-            snapshot: Box::new(data),
+            snapshot: data,
         }))
     }
 }

@@ -677,16 +677,34 @@ impl EtcdTarget {
         let mut client = self.client.clone();
         let mut checked = 0;
         for (name, writes) in acked {
+            // In pages: one range of a long execution would exceed gRPC's message limit.
             let prefix = format!("/chains/{name}/events/");
-            let answer = client
-                .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-                .await
-                .map_err(|e| format!("{name}: {e}"))?;
-            let stored: BTreeMap<&[u8], &[u8]> = answer
-                .kvs()
-                .iter()
-                .map(|kv| (kv.key(), kv.value()))
-                .collect();
+            let end = format!("/chains/{name}/events0");
+            let mut stored: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            let mut from = prefix.clone().into_bytes();
+            loop {
+                let answer = client
+                    .get(
+                        from.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_range(end.as_str())
+                                .with_limit(READ_BACK_PAGE),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))?;
+                for kv in answer.kvs() {
+                    stored.insert(kv.key().to_vec(), kv.value().to_vec());
+                }
+                match answer.kvs().last() {
+                    Some(last) if answer.more() => {
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
             for (seq, id) in writes {
                 let key = event_key(name, *seq);
                 let event: Option<serde_json::Value> = stored
@@ -703,6 +721,9 @@ impl EtcdTarget {
         Ok(checked)
     }
 }
+
+/// Keys per range read of the etcd read-back.
+const READ_BACK_PAGE: i64 = 1_000;
 
 /// Three etcd members on loopback, with etcd's defaults otherwise.
 struct Etcd {
