@@ -358,19 +358,31 @@ impl Client {
 
     /// Learns which URL is which node and who leads, from every node's `/v1/cluster`.
     async fn discover(&self) {
-        let mut ids = BTreeMap::new();
+        use futures_util::StreamExt;
+        // Every node asked at once, the answers taken as they come: a node that does not answer
+        // (stopped, cut off) costs nothing once another has named a leader.
+        let mut asking: futures_util::stream::FuturesUnordered<_> = (0..self.nodes.len())
+            .map(|node| async move {
+                let answer = self
+                    .send_once(node, &Method::GET, "/v1/cluster", &None)
+                    .await;
+                (node, answer)
+            })
+            .collect();
+        let mut ids = self.shared().node_ids.clone();
         let mut leader = None;
-        for node in 0..self.nodes.len() {
-            if let Ok((StatusCode::OK, _, bytes)) = self
-                .send_once(node, &Method::GET, "/v1/cluster", &None)
-                .await
-            {
+        while let Some((node, answer)) = asking.next().await {
+            if let Ok((StatusCode::OK, _, bytes)) = answer {
                 if let Ok(view) = serde_json::from_slice::<ClusterStatus>(&bytes) {
                     ids.insert(view.node_id, node);
                     leader = leader.or(view.leader_id);
                 }
             }
+            if leader.is_some_and(|l| ids.contains_key(&l)) {
+                break;
+            }
         }
+        drop(asking);
         let mut state = self.shared();
         if let Some(index) = leader.and_then(|l| ids.get(&l)) {
             state.preferred = *index;
