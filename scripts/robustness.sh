@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A fault run of the real chainstore-node binary (robustness/): three nodes on loopback, racing
-# clients on random nodes, and a nemesis that SIGKILLs the leader or a follower, SIGSTOPs a node
-# and cuts a node off from its peers while clients still reach it. Every answer is recorded and
+# clients on random nodes, and a nemesis that SIGKILLs the leader or a follower, SIGTERMs the
+# leader, SIGSTOPs a node and cuts a node off from its peers while clients still reach it. Every answer is recorded and
 # the history checked for linearizability; every acknowledged append must be found after
 # healing; the report gives the write outage after each fault.
 #

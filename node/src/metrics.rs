@@ -2,7 +2,8 @@
 //! labelled series exists from start-up with a zero value, so a missing series never reads like
 //! an older build.
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
 
 use openraft::{RaftMetrics, ServerState};
 use prometheus_client::encoding::text::encode;
@@ -160,6 +161,8 @@ pub struct Metrics {
     linearizable: Labelled,
     /// When the certificate in service expires (seconds since the epoch); 0 without TLS.
     tls_not_after_unix: Gauge<i64, AtomicI64>,
+    /// Quantiles of the time between consecutive stages of this node's latest entries.
+    entry_stages: Family<[(&'static str, &'static str); 2], Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -265,6 +268,21 @@ impl Default for Metrics {
             "chainstore_tls_certificate_not_after_seconds",
             "When the node's certificate expires, in seconds since the epoch (0 without TLS).",
         );
+        let entry_stages: Family<_, Gauge<f64, AtomicU64>> = Family::default();
+        for (stage, ..) in STAGE_GAPS {
+            for (quantile, _) in STAGE_QUANTILES {
+                let _ = entry_stages.get_or_create(&[("stage", stage), ("quantile", quantile)]);
+            }
+        }
+        r.register(
+            "chainstore_raft_entry_stage_seconds",
+            "Over this node's latest entries (up to 1,024, openraft's stage record): the time \
+             from one stage of an entry's life to the next, by quantile. Stages: proposed \
+             (client_write called), received (by openraft's core), submitted (to the log \
+             store), persisted (fsynced here), committed (known committed here), applied. On a \
+             follower the first three coincide: its entries arrive by AppendEntries.",
+            entry_stages.clone(),
+        );
         Self {
             registry: r,
             raft,
@@ -279,6 +297,7 @@ impl Default for Metrics {
             shed,
             linearizable,
             tls_not_after_unix,
+            entry_stages,
         }
     }
 }
@@ -398,6 +417,22 @@ impl Metrics {
     }
 
     /// The exposition ([`CONTENT_TYPE`]), Raft state included.
+    /// Sets the entry-stage quantiles from openraft's record of this node's latest entries.
+    /// `runs` are runs of entries that went through every stage together: how many entries,
+    /// and when they reached each stage (in openraft's order: proposed, received, submitted,
+    /// persisted, committed, applied).
+    pub fn set_entry_stages<I: openraft::Instant>(&self, runs: &[(u64, [I; 6])]) {
+        for (name, mut durations) in stage_durations(runs) {
+            durations.sort_unstable();
+            for (label, q) in STAGE_QUANTILES {
+                let value = weighted_quantile(&durations, q).map_or(0.0, |d| d.as_secs_f64());
+                self.entry_stages
+                    .get_or_create(&[("stage", name), ("quantile", label)])
+                    .set(value);
+            }
+        }
+    }
+
     pub fn render(
         &self,
         node_id: NodeId,
@@ -423,6 +458,57 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The quantiles [`Metrics::set_entry_stages`] exports.
+const STAGE_QUANTILES: [(&str, f64); 3] = [("0.5", 0.5), ("0.9", 0.9), ("0.99", 0.99)];
+
+/// From one stage to the next (and the whole way), by the stages' positions in openraft's
+/// order, with the names the exposition gives them.
+const STAGE_GAPS: [(&str, usize, usize); 6] = [
+    ("proposed_to_received", 0, 1),
+    ("received_to_submitted", 1, 2),
+    ("submitted_to_persisted", 2, 3),
+    ("persisted_to_committed", 3, 4),
+    ("committed_to_applied", 4, 5),
+    ("proposed_to_applied", 0, 5),
+];
+
+/// Each gap's durations, one per run of entries, with how many entries the run held.
+fn stage_durations<I: openraft::Instant>(
+    runs: &[(u64, [I; 6])],
+) -> Vec<(&'static str, Vec<(Duration, u64)>)> {
+    STAGE_GAPS
+        .iter()
+        .map(|(name, from, to)| {
+            let durations = runs
+                .iter()
+                .map(|(entries, at)| {
+                    (
+                        at[*to].saturating_duration_since(at[*from].clone()),
+                        *entries,
+                    )
+                })
+                .collect();
+            (*name, durations)
+        })
+        .collect()
+}
+
+/// The `q` quantile of sorted durations, each standing for as many entries as its count.
+fn weighted_quantile(sorted: &[(Duration, u64)], q: f64) -> Option<Duration> {
+    let total: u64 = sorted.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    // The rank of the quantile's entry, 1-based: the smallest duration with that many at or
+    // below it.
+    let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    sorted.iter().find_map(|(d, n)| {
+        seen += n;
+        (seen >= rank).then_some(*d)
+    })
 }
 
 /// Every guarded-read label value is a [`Reason`] name or `authoritative`.
@@ -465,5 +551,32 @@ mod tests {
         for reason in Reason::ALL {
             assert!(GUARDED_OUTCOMES.contains(&reason.as_str()));
         }
+    }
+
+    /// Each stage's quantiles count entries, not runs: a run of many entries that shared one
+    /// fsync weighs as many.
+    #[test]
+    fn entry_stage_quantiles_weigh_each_run_by_its_entries() {
+        let m = Metrics::default();
+        let at = |us: [u64; 6]| {
+            let t0 = std::time::Instant::now();
+            us.map(|u| t0 + Duration::from_micros(u))
+        };
+        // One entry whose fsync took 900 µs, then a run of 9 entries whose fsync took 200 µs.
+        let runs = [
+            (1, at([0, 10, 20, 920, 1_000, 1_050])),
+            (9, at([0, 10, 20, 220, 300, 350])),
+        ];
+        m.set_entry_stages(&runs);
+        let text = m.render(1, &RaftMetrics::new_initial(1));
+        for line in [
+            "chainstore_raft_entry_stage_seconds{stage=\"submitted_to_persisted\",quantile=\"0.5\"} 0.0002",
+            "chainstore_raft_entry_stage_seconds{stage=\"submitted_to_persisted\",quantile=\"0.99\"} 0.0009",
+            "chainstore_raft_entry_stage_seconds{stage=\"proposed_to_applied\",quantile=\"0.9\"} 0.00035",
+            "chainstore_raft_entry_stage_seconds{stage=\"committed_to_applied\",quantile=\"0.5\"} 0.00005",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert_eq!(weighted_quantile(&[], 0.5), None);
     }
 }

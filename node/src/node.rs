@@ -359,6 +359,21 @@ impl Node {
         self.raft.metrics().borrow_watched().clone()
     }
 
+    /// openraft's record of this node's latest entries (up to 1,024): runs of entries that went
+    /// through every stage together, how many entries each run held and when it reached each
+    /// stage (proposed, received, submitted, persisted, committed, applied). Empty once Raft
+    /// has stopped.
+    pub async fn entry_stages(&self) -> Vec<(u64, [openraft::alias::InstantOf<TypeConfig>; 6])> {
+        match self.raft.runtime_stats().await {
+            Ok(stats) => stats
+                .log_stage
+                .segments()
+                .map(|run| (run.range.end.saturating_sub(run.range.start), run.values))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// The applied index now (0 before anything is applied).
     pub fn applied_index(&self) -> u64 {
         self.raft

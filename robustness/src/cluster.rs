@@ -155,6 +155,29 @@ impl Cluster {
         node.stopped = false;
     }
 
+    /// SIGTERM, and waits up to `within` for the node to exit by itself (a leader hands its
+    /// leadership over first); SIGKILL after that. Whether it exited by itself.
+    pub async fn terminate(&mut self, id: u64, within: Duration) -> bool {
+        self.signal(id, libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + within;
+        let node = self.node_mut(id);
+        let Some(mut child) = node.child.take() else {
+            return false;
+        };
+        node.stopped = false;
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn signal(&mut self, id: u64, signal: libc::c_int) {
         if let Some(child) = &self.node(id).child {
             // The pid is our own child's, alive or a zombie we have not reaped: never reused.

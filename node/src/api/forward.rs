@@ -8,6 +8,7 @@
 //! every route. The client's token never leaves the node it was sent to.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
@@ -42,11 +43,13 @@ pub async fn forward(
         Ok(forwarded) => forwarded,
         Err(refusal) => return refusal,
     };
-    let answer = match node
+    let sending = node
         .transport()
-        .send(request, node.config().limits.forward_timeout)
-        .await
-    {
+        .send(request, node.config().limits.forward_timeout);
+    let answer = match tokio::select! {
+        answer = sending => answer,
+        () = no_longer_named(node, leader.id) => return leader_replaced(&leader),
+    } {
         Ok(answer) => answer,
         Err(TransportError::TooLarge { limit }) => {
             return ApiError::TooLarge {
@@ -126,6 +129,33 @@ fn forwarded_request(
             ApiError::InvalidInput(format!("cannot forward the request: {err}")).into_response(),
         ),
     }
+}
+
+/// How often a node forwarding a request checks that it still names the leader it forwards to.
+const LEADER_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Resolves once this node no longer names `leader` as the leader: a stopped or cut-off leader
+/// no longer answers, and its followers stop naming it once it has been silent for its lease
+/// (or a successor is elected). A request forwarded to it is then given up at once instead of
+/// after the forward's deadline, so that its client turns to the new leader.
+async fn no_longer_named(node: &Node, leader: u64) {
+    loop {
+        tokio::time::sleep(LEADER_CHECK_INTERVAL).await;
+        if node.leader().map(|l| l.id) != Some(leader) {
+            return;
+        }
+    }
+}
+
+/// A forwarded request given up because the leader it went to is no longer named: retryable,
+/// its outcome unknown (the old leader may have taken it).
+fn leader_replaced(leader: &Leader) -> Response {
+    ApiError::unavailable(format!(
+        "node {} stopped being the leader while the request was forwarded to it; \
+         whether it took the request is unknown",
+        leader.id
+    ))
+    .into_response()
 }
 
 fn leader_silent(leader: &Leader, err: &TransportError) -> Response {

@@ -50,6 +50,7 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
 
 /// Prometheus text exposition.
 pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    node.metrics().set_entry_stages(&node.entry_stages().await);
     let text = node.metrics().render(node.id(), &node.raft_metrics());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }

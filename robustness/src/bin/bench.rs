@@ -156,6 +156,10 @@ async fn run(args: Args) -> i32 {
         client: Arc::new(leader_client(&cluster.url(leader))),
         pids: (1..=3).filter_map(|id| cluster.pid(id)).collect(),
         leader_url: cluster.url(leader),
+        follower_urls: (1..=3)
+            .filter(|id| *id != leader)
+            .map(|id| cluster.url(id))
+            .collect(),
     };
     let etcd_client = match etcd.leader_client().await {
         Ok(client) => client,
@@ -183,10 +187,12 @@ async fn run(args: Args) -> i32 {
     let mut acked_chainstore: BTreeMap<String, Acked> = BTreeMap::new();
     let mut acked_etcd: BTreeMap<String, Acked> = BTreeMap::new();
     let mut profile = Vec::new();
+    let mut stages = Vec::new();
     for &w in &args.concurrency {
         let before = chainstore.counters().await;
         let (c, acked) = chainstore.appends(w, phase).await;
         profile.push((w, c.ops, chainstore.counters().await.since(before)));
+        stages.push((w, c.percentile_ms(0.5), chainstore.entry_stages().await));
         acked_chainstore.extend(acked);
         let (e, acked) = etcd_target.appends(w, phase).await;
         acked_etcd.extend(acked);
@@ -247,6 +253,7 @@ async fn run(args: Args) -> i32 {
         .any(|(_, _, c, e)| c.errors > 0 || e.errors > 0 || c.ops == 0 || e.ops == 0);
     print_table(&rows);
     print_profile(&profile);
+    print_stages(&stages);
     println!(
         "read back: chainstore {checked_chainstore} acknowledged appends, etcd {checked_etcd}, \
          each at its sequence"
@@ -311,6 +318,27 @@ fn print_profile(profile: &[(usize, u64, Counters)]) {
             c.applies,
             c.apply_seconds * 1e6 / c.applies.max(1.0),
         );
+    }
+}
+
+/// Where an append's time went, per phase: the client's median beside the medians of each stage
+/// of the latest Raft entries (openraft's stage record) on the leader and on each follower. On
+/// a follower an entry is received, submitted and (after its fsync) persisted, then learns it
+/// is committed from the leader's next message.
+fn print_stages(stages: &[(usize, f64, EntryStages)]) {
+    println!();
+    println!("chainstore, the latest entries of each append phase, medians in µs (client: the append's round trip):");
+    println!("| W | node | client | proposed→received | received→submitted | submitted→persisted | persisted→committed | committed→applied | proposed→applied |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, client_ms, s) in stages {
+        let row = |name: &str, client: String, medians: &[f64]| {
+            let cells: Vec<String> = medians.iter().map(|m| format!("{m:.0}")).collect();
+            println!("| {w} | {name} | {client} | {} |", cells.join(" | "));
+        };
+        row("leader", format!("{:.0}", client_ms * 1e3), &s.leader);
+        for (i, f) in s.followers.iter().enumerate() {
+            row(&format!("follower {}", i + 1), String::new(), f);
+        }
     }
 }
 
@@ -402,6 +430,41 @@ struct Chainstore {
     client: Arc<Client>,
     pids: Vec<u32>,
     leader_url: String,
+    follower_urls: Vec<String>,
+}
+
+/// The stage gaps of `chainstore_raft_entry_stage_seconds`, in the order of an entry's life.
+const STAGE_GAPS: [&str; 6] = [
+    "proposed_to_received",
+    "received_to_submitted",
+    "submitted_to_persisted",
+    "persisted_to_committed",
+    "committed_to_applied",
+    "proposed_to_applied",
+];
+
+/// The median of each stage gap (µs), on the leader and on each follower, over the latest
+/// entries of a phase.
+#[derive(Debug, Default, Clone)]
+struct EntryStages {
+    leader: Vec<f64>,
+    followers: Vec<Vec<f64>>,
+}
+
+/// The medians of the stage gaps a node's metrics give, in µs.
+fn stage_medians(metrics: &str) -> Vec<f64> {
+    STAGE_GAPS
+        .iter()
+        .map(|gap| {
+            let series =
+                format!("chainstore_raft_entry_stage_seconds{{stage=\"{gap}\",quantile=\"0.5\"}} ");
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&series))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map_or(f64::NAN, |seconds| seconds * 1e6)
+        })
+        .collect()
 }
 
 /// The leader's own counters: where the time of its appends went.
@@ -444,6 +507,22 @@ impl Counters {
 }
 
 impl Chainstore {
+    /// The stage medians of the latest entries, from every node's metrics.
+    async fn entry_stages(&self) -> EntryStages {
+        let medians = |url: String| async move {
+            let metrics = http_get(&format!("{url}/metrics")).await;
+            stage_medians(&metrics.map(|(_, body)| body).unwrap_or_default())
+        };
+        let mut followers = Vec::new();
+        for url in &self.follower_urls {
+            followers.push(medians(url.clone()).await);
+        }
+        EntryStages {
+            leader: medians(self.leader_url.clone()).await,
+            followers,
+        }
+    }
+
     async fn counters(&self) -> Counters {
         let metrics = http_get(&format!("{}/metrics", self.leader_url)).await;
         Counters::parse(&metrics.map(|(_, body)| body).unwrap_or_default())
