@@ -416,7 +416,6 @@ impl Metrics {
         self.appends.get(outcome)
     }
 
-    /// The exposition ([`CONTENT_TYPE`]), Raft state included.
     /// Sets the entry-stage quantiles from openraft's record of this node's latest entries.
     /// `runs` are runs of entries that went through every stage together: how many entries,
     /// and when they reached each stage (in openraft's order: proposed, received, submitted,
@@ -433,6 +432,7 @@ impl Metrics {
         }
     }
 
+    /// The exposition ([`CONTENT_TYPE`]), Raft state included.
     pub fn render(
         &self,
         node_id: NodeId,

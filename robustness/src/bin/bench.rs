@@ -451,18 +451,22 @@ struct EntryStages {
     followers: Vec<Vec<f64>>,
 }
 
+/// The value of one series (its name and labels as exposed) in a node's metrics text.
+fn series_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The medians of the stage gaps a node's metrics give, in µs.
 fn stage_medians(metrics: &str) -> Vec<f64> {
     STAGE_GAPS
         .iter()
         .map(|gap| {
             let series =
-                format!("chainstore_raft_entry_stage_seconds{{stage=\"{gap}\",quantile=\"0.5\"}} ");
-            metrics
-                .lines()
-                .find_map(|line| line.strip_prefix(&series))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .map_or(f64::NAN, |seconds| seconds * 1e6)
+                format!("chainstore_raft_entry_stage_seconds{{stage=\"{gap}\",quantile=\"0.5\"}}");
+            series_value(metrics, &series).map_or(f64::NAN, |seconds| seconds * 1e6)
         })
         .collect()
 }
@@ -479,13 +483,7 @@ struct Counters {
 
 impl Counters {
     fn parse(metrics: &str) -> Self {
-        let value = |name: &str| {
-            metrics
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0)
-        };
+        let value = |name: &str| series_value(metrics, name).unwrap_or(0.0);
         Self {
             fsync_seconds: value("chainstore_fsync_seconds_sum"),
             fsyncs: value("chainstore_fsync_seconds_count"),
