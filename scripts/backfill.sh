@@ -10,4 +10,4 @@ ensure_build_prereqs
 ensure_postgres_server
 # The test binary finds chainstore-node beside itself, in target/release.
 cargo build -q --release -p chainstore-node --bin chainstore-node
-cargo test -q --release -p chainstore-client --test populator -- --ignored --exact backfill --nocapture
+cargo test -q --release -p chainstore-populator --test populator -- --ignored --exact backfill --nocapture

@@ -8,7 +8,7 @@
 #
 # store: raft-store/src/chain/ (about 300 mutants) against raft-store's tests, about a minute
 #        each on 2 cores.
-# node:  node/src/node.rs (about 100 mutants) against the node's process-cluster tests and the
+# node:  node/src/node/ (about 100 mutants) against the node's process-cluster tests and the
 #        scripted simulations, a few minutes each.
 #
 # Mutants are applied in a worktree of HEAD (target/mutants/tree, so uncommitted work is never
@@ -42,7 +42,7 @@ case "$part" in
     ;;
   node)
     cargo mutants -d "$tree" --in-place --shuffle --test-tool nextest --timeout 600 \
-      --file node/src/node.rs --test-package chainstore-node --test-package chaos \
+      --file 'node/src/node/*.rs' --test-package chainstore-node --test-package chaos \
       --output "$root/target/mutants/node" "$@" -- -E 'package(chainstore-node) | binary(scenarios)'
     ;;
   *)

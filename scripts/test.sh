@@ -9,6 +9,16 @@ source scripts/lib/prereqs.sh
 ensure_build_prereqs
 ensure_postgres_server
 
+# Lints first: clippy over every target with warnings as errors (`unwrap`/`expect` are denied
+# in the libraries and binaries, see each crate root). The tidy tests (`tidy/`) run with the
+# workspace's tests below.
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --workspace --all-targets --quiet -- -D warnings
+  echo "clippy: clean"
+else
+  echo "clippy: not installed on this toolchain (rustup component add clippy); lints not run"
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --profile ci "$@"
 else

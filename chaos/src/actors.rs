@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chainstore_check::{Answer, Entry, Op};
-use chainstore_client::{
-    AppendRequest, Appended, ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog,
-    Guarded, GuardedRead, LogEvent, ReadOptions, Reason, RetryPolicy,
+use chainstore_client::{Client, ClientError, GuardedRead, ReadOptions, RetryPolicy};
+use chainstore_model::{
+    AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded, LogEvent, Reason,
 };
 use chainstore_transport::Transport;
 use serde_json::{json, Value};

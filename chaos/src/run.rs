@@ -259,7 +259,7 @@ fn align_task_numbers() {
             .to_string()
             .parse()
             .unwrap_or(0);
-        if (number + 1) % SHARDS == 0 {
+        if (number + 1).is_multiple_of(SHARDS) {
             return;
         }
     }

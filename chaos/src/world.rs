@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 use chainstore_check::History;
-use chainstore_client::{ChainEvent, Coverage, EventId, LogEvent};
+use chainstore_model::{ChainEvent, Coverage, EventId, LogEvent};
 use serde_json::Value;
 
 /// Where the run is.

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use chainstore_client::{AppendRequest, ClientError, EventId, ExecutionId, Guarded, ReadOptions};
+use chainstore_client::{ClientError, ReadOptions};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded};
 use chaos::actors::client;
 use chaos::scenario::Scenario;
 use serde_json::json;
@@ -36,7 +37,7 @@ fn acknowledged(s: &mut Scenario<'_>, via: u64, event: &str, prev: Option<&str>)
     assert!(answer.is_ok(), "{event} through n{via}: {answer:?}");
 }
 
-fn ids(events: &[chainstore_client::ChainEvent]) -> Vec<String> {
+fn ids(events: &[chainstore_model::ChainEvent]) -> Vec<String> {
     events.iter().map(|e| e.event_id.to_string()).collect()
 }
 

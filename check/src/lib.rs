@@ -20,6 +20,9 @@
 //! number of concurrent clients; `tests/against_stateright.rs` checks its verdicts against
 //! stateright's `LinearizabilityTester` on random histories.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod model;
 mod search;
 

@@ -304,6 +304,8 @@ impl Client {
     }
 
     /// A populate session id that no other caller picks (128 bits from the client's sequence).
+    // "p" and 32 hex digits are always a valid id.
+    #[allow(clippy::expect_used)]
     fn new_session_id(&self) -> SessionId {
         let id = format!("p{:016x}{:016x}", self.next_random(), self.next_random());
         SessionId::new(id).expect("hex digits are in the id alphabet")

@@ -1,13 +1,13 @@
 //! [`ClientError`]: every way a call can fail, typed after the API's error codes.
 
 use chainstore_model::api::ErrorBody;
-use chainstore_model::{EventId, Fork, Oversize};
+use chainstore_model::{not_head_message, session_conflict_message, EventId, Fork, Oversize};
 
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClientError {
     /// 409 `not_head`: `prev_event_id` is not the head.
-    #[error("not the head: expected {expected:?}, got {got:?}")]
+    #[error("{}", not_head_message(expected.as_ref(), got.as_ref()))]
     NotHead {
         /// The current head (`None`: the execution is empty).
         expected: Option<EventId>,
@@ -27,7 +27,7 @@ pub enum ClientError {
     Forked(Fork),
     /// 409 `session_conflict`: a populate part that does not continue the execution's open
     /// session (another session replaced it, it ended, or the part skips ahead).
-    #[error("populate session conflict: continues at {next_position:?}")]
+    #[error("populate session conflict: {}", session_conflict_message(*next_position))]
     SessionConflict {
         /// Where the session continues; `None` when the store holds no such session.
         next_position: Option<u64>,
@@ -69,6 +69,50 @@ impl ClientError {
     /// True for the errors a retry may cure.
     pub fn is_retryable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
+    }
+
+    /// The error as the API's error body, for a tool that prints errors as JSON: the code and
+    /// every field the answer carried, the message in words. `None` for the failures that are
+    /// the client's own (an answer it could not write, or could not make sense of).
+    pub fn body(&self) -> Option<ErrorBody> {
+        let message = self.to_string();
+        Some(match self {
+            ClientError::NotHead { expected, got } => ErrorBody::NotHead {
+                message,
+                expected: expected.clone(),
+                got: got.clone(),
+            },
+            ClientError::EventConflict { event_id, exec_seq } => ErrorBody::EventConflict {
+                message,
+                event_id: event_id.clone(),
+                exec_seq: *exec_seq,
+            },
+            ClientError::Forked(fork) => ErrorBody::Forked {
+                message,
+                fork: fork.clone(),
+            },
+            ClientError::SessionConflict { next_position } => ErrorBody::SessionConflict {
+                message,
+                next_position: *next_position,
+            },
+            ClientError::Refused(_) => ErrorBody::Refused { message },
+            ClientError::InvalidInput(_) => ErrorBody::InvalidInput { message },
+            ClientError::TooLarge(oversize) => ErrorBody::TooLarge {
+                message,
+                what: oversize.what,
+                size: oversize.size,
+                limit: oversize.limit,
+            },
+            ClientError::Unauthorized(_) => ErrorBody::Unauthorized { message },
+            ClientError::Forbidden(_) => ErrorBody::Forbidden { message },
+            ClientError::NotFound(_) => ErrorBody::NotFound { message },
+            ClientError::Unavailable(_) => ErrorBody::Unavailable {
+                message,
+                applied_index: None,
+            },
+            ClientError::Internal(_) => ErrorBody::Internal { message },
+            ClientError::Write(_) | ClientError::Protocol(_) => return None,
+        })
     }
 }
 

@@ -2,44 +2,30 @@
 //!
 //! - [`Client`] (`client.rs`): one handle over the node URLs; discovers and follows the leader,
 //!   retries retryable failures with bounded exponential back-off and jitter, and returns typed
-//!   results ([`Appended`], [`GuardedRead`], [`FromLog`], ...) and typed errors ([`ClientError`]).
+//!   results ([`chainstore_model::Appended`], [`GuardedRead`], [`chainstore_model::FromLog`],
+//!   ...) and typed errors ([`ClientError`]).
 //! - `types.rs`: read options and the client's views of the API's answers (the answers
-//!   themselves are [`api`]'s types, shared with the node).
+//!   themselves are `chainstore_model::api`'s types, shared with the node).
 //! - `consumer.rs`: [`LogSource`], [`Reconciler`] (turns `stale_log` into staleness or a
 //!   second-writer divergence by re-reading the log), [`Comparator`] (agreement and coverage).
 //!
-//! - `connect.rs`: [`ConnectArgs`], the connection flags the command-line tools share.
-//! - [`postgres`]: the authoritative log in a PostgreSQL table ([`postgres::PgLog`], a
-//!   [`LogSource`]); [`populator`]: follows that table into a cluster, with metrics.
-//!
-//! The `chainctl` binary (`src/bin/chainctl`) and `chainstore-populator`
-//! (`src/bin/chainstore-populator`) are built on this crate.
+//! The data model (ids, events, outcomes) is `chainstore-model`'s and the TLS options are
+//! `chainstore-transport`'s: a program depends on those crates for them, so each type has one
+//! path. The PostgreSQL populator and `chainctl` are built on this crate in
+//! `chainstore-populator`; nothing of theirs (clap, PostgreSQL, Prometheus, axum) is compiled
+//! into a program that only wants a [`Client`].
+
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod client;
-mod connect;
 mod consumer;
 mod error;
 mod types;
 
-pub mod populator;
-pub mod postgres;
-mod postgres_tls;
-
-pub use chainstore_model::api::{
-    self, ChangesAnswer, ClusterStatus, Consistency, QuarantineList, QuarantinePage, RaftRole,
-    RebuildAnswer, StateAnswer,
-};
-pub use chainstore_model::{
-    order_by_links, order_segment, AppendError, AppendRequest, Appended, Authority, ChainEvent,
-    ChainPage, Change, Completeness, Coverage, EventId, ExecutionId, Fork, FromLog, Guarded,
-    GuardedPage, Head, InvalidId, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateSession,
-    QuarantineRecord, Reason, Refusal, Replicated, SessionId, Watermark,
-};
-pub use chainstore_transport::{KeyPair, TlsClientOptions};
 pub use client::{
     Client, ClientBuilder, RetryPolicy, PART_BYTES_MAX, PART_EVENTS_MAX, RESPONSE_BYTES_MAX,
 };
-pub use connect::{ConnectArgs, ConnectError};
 pub use consumer::{
     BoxFuture, Comparator, Comparison, LogError, LogSource, ReconcileError, Reconciler, Verdict,
 };

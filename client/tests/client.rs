@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chainstore_client::{
-    AppendRequest, BoxFuture, ChainEvent, Client, ClientError, Comparator, EventId, ExecutionId,
-    Fork, FromLog, Guarded, Limit, LogError, LogEvent, LogSource, ReadOptions, Reconciler, Verdict,
+    BoxFuture, Client, ClientError, Comparator, LogError, LogSource, ReadOptions, Reconciler,
+    Verdict,
+};
+use chainstore_model::{
+    AppendRequest, ChainEvent, EventId, ExecutionId, Fork, FromLog, Guarded, Limit, LogEvent,
 };
 use chainstore_transport::{ReqwestTransport, Transport, TransportError};
 use common::InProcCluster;
@@ -215,7 +218,7 @@ async fn typed_answers_and_errors() {
     let read = client.chain(&x, ReadOptions::default()).await.unwrap();
     assert_eq!(
         read.answer,
-        Guarded::CannotAnswer(chainstore_client::Reason::NoCoverage)
+        Guarded::CannotAnswer(chainstore_model::Reason::NoCoverage)
     );
     let populated = exec("typed-log");
     assert_eq!(

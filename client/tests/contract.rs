@@ -5,13 +5,14 @@
 
 mod common;
 
-use chainstore_client::api::{
+use chainstore_client::{Client, ClientError, ReadOptions};
+use chainstore_model::api::{
     AppendAnswer, AppendBatchAnswer, ChainAnswer, ChangesAnswer, ClusterStatus, ErrorBody,
     HealthAnswer, MembershipAnswer, PopulateAnswer, RawChainAnswer, ReadyAnswer, StateAnswer,
 };
-use chainstore_client::{
-    ChainEvent, Client, ClientError, EventId, ExecutionId, FromLog, LogEvent, PartOutcome,
-    PopulateSession, ReadOptions, Reason, SessionId,
+use chainstore_model::{
+    ChainEvent, EventId, ExecutionId, FromLog, LogEvent, PartOutcome, PopulateSession, Reason,
+    SessionId,
 };
 use chainstore_transport::Transport;
 use common::InProcCluster;
@@ -167,7 +168,7 @@ async fn every_answer_of_a_node_is_the_contracts_type_exactly() {
     }] });
     let (status, raw) = call(&url, "POST", "/v1/executions/d/replicated", Some(delivery)).await;
     assert_eq!(status, 200, "{raw}");
-    typed::<chainstore_client::Replicated>("replicated", &raw);
+    typed::<chainstore_model::Replicated>("replicated", &raw);
 
     let (_, raw) = call(
         &url,
@@ -235,10 +236,10 @@ async fn the_typed_client_reads_back_every_field_the_node_sends() {
     let client = Client::builder(cluster.urls()).build().unwrap();
     let x = ExecutionId::new("typed").unwrap();
     let batch_exec = ExecutionId::new("typed-batch").unwrap();
-    let requests: Vec<chainstore_client::AppendRequest> = ["b1", "b2", "b3"]
+    let requests: Vec<chainstore_model::AppendRequest> = ["b1", "b2", "b3"]
         .iter()
         .enumerate()
-        .map(|(i, e)| chainstore_client::AppendRequest {
+        .map(|(i, e)| chainstore_model::AppendRequest {
             event_id: id(e),
             prev_event_id: (i > 0).then(|| id(["b1", "b2"][i - 1])),
             parent_execution_id: None,

@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_client::{
-    AppendRequest, Client, EventId, ExecutionId, FromLog, Guarded, LogEvent, ReadOptions,
-};
+use chainstore_client::{Client, ReadOptions};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, FromLog, Guarded, LogEvent};
 use chainstore_node::{bootstrap, Bootstrapped};
 use chainstore_node::{Node, NodeConfig};
 use common::{Formation, InProcCluster};
@@ -39,7 +38,7 @@ fn client(cluster: &InProcCluster) -> Client {
         .unwrap()
 }
 
-async fn authoritative(client: &Client, x: &ExecutionId) -> Vec<chainstore_client::ChainEvent> {
+async fn authoritative(client: &Client, x: &ExecutionId) -> Vec<chainstore_model::ChainEvent> {
     match client
         .chain(x, ReadOptions::default())
         .await

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use chainstore_client::{
-    Client, EventId, ExecutionId, FromLog, Guarded, GuardedPage, LogEvent, PageRequest, ReadOptions,
-};
+use chainstore_client::{Client, PageRequest, ReadOptions};
+use chainstore_model::{EventId, ExecutionId, FromLog, Guarded, GuardedPage, LogEvent};
 use common::InProcCluster;
 use serde_json::json;
 

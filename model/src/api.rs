@@ -760,6 +760,8 @@ impl ErrorBody {
     }
 
     /// One error of each code, with every field set: for tests that walk the whole set.
+    // The example ids are fixed and valid.
+    #[allow(clippy::expect_used)]
     pub fn examples() -> Vec<ErrorBody> {
         let id = |s: &str| EventId::new(s).expect("a valid example id");
         let message = |s: &str| s.to_string();

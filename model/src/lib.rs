@@ -10,6 +10,10 @@
 //! - [`api`]: the HTTP contract: every request and answer body, the error body and its codes,
 //!   read parameters, header names. The node writes these types; the client reads them.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod answer;
 pub mod api;
 mod error;
 mod ids;
@@ -20,8 +24,9 @@ pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
 pub use types::{
-    AppendError, AppendRequest, Appended, Authority, ChainEvent, ChainPage, Change, Completeness,
-    Coverage, ExecutionState, Fork, FromLog, Guarded, GuardedPage, Head, Limit, LogEvent, Origin,
-    Oversize, PartOutcome, PopulateError, PopulateSession, QuarantineRecord, Reason, RebuildError,
-    Refusal, ReplicateError, Replicated, Watermark,
+    not_head_message, session_conflict_message, AppendError, AppendRequest, Appended, Authority,
+    ChainEvent, ChainPage, Change, Completeness, Coverage, ExecutionState, Fork, FromLog, Guarded,
+    GuardedPage, Head, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateError,
+    PopulateSession, QuarantineRecord, Reason, RebuildError, Refusal, ReplicateError, Replicated,
+    Watermark,
 };

@@ -431,7 +431,7 @@ pub enum AppendError {
     #[error("invalid input: genesis: true requires prev_event_id: null")]
     GenesisWithPrev,
     /// `prev_event_id` is not the current head (I1).
-    #[error("not the head: expected {expected:?}, got {got:?}")]
+    #[error("{}", not_head_message(expected.as_ref(), got.as_ref()))]
     NotHead {
         /// The current head's id (`None`: the execution is empty).
         expected: Option<EventId>,
@@ -448,7 +448,7 @@ pub enum AppendError {
     },
     /// Applying the write would fork the chain (a second line of defence; a correct evaluation
     /// never gets here).
-    #[error("the write would fork the chain: {0:?}")]
+    #[error("the write would fork the chain: {0}")]
     Forked(Fork),
     /// The head moved between evaluation and apply.
     #[error("the head moved between evaluation and apply")]
@@ -468,7 +468,7 @@ pub enum ReplicateError {
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// The delivery conflicts with stored events; nothing was written.
-    #[error("the delivery would fork the chain: {0:?}")]
+    #[error("the delivery would fork the chain: {0}")]
     Forked(Fork),
     /// The engine failed.
     #[error(transparent)]
@@ -488,7 +488,7 @@ pub enum PopulateError {
     #[error("the execution changed while the populate was applied")]
     HeadMoved,
     /// Applying would fork the chain (a second line of defence).
-    #[error("the write would fork the chain: {0:?}")]
+    #[error("the write would fork the chain: {0}")]
     Forked(Fork),
     /// A part names a session the store is not in, or leaves a gap after the parts it took.
     /// Nothing was written.
@@ -503,7 +503,22 @@ pub enum PopulateError {
     Storage(#[from] StorageError),
 }
 
-fn session_conflict_message(next_position: Option<u64>) -> String {
+/// The refusal of an append whose `prev_event_id` is not the head, in words: what the head is
+/// and what the request named.
+pub fn not_head_message(expected: Option<&EventId>, got: Option<&EventId>) -> String {
+    let head = match expected {
+        Some(head) => format!("the execution's head is {head}"),
+        None => "the execution is empty".to_string(),
+    };
+    let named = match got {
+        Some(prev) => format!("the append named {prev} as its previous event"),
+        None => "the append named no previous event".to_string(),
+    };
+    format!("not the head: {head}, but {named}")
+}
+
+/// The refusal of a populate part that does not continue its session, in words.
+pub fn session_conflict_message(next_position: Option<u64>) -> String {
     match next_position {
         Some(next) => format!("the session continues at position {next}"),
         None => "no such populate session for this execution; start it at position 0".into(),

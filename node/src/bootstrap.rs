@@ -14,7 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use raft_store::raft::NodeId;
 
-use crate::node::{MembershipError, Node};
+use crate::errors::MembershipError;
+use crate::node::Node;
 
 /// How the bootstrap ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

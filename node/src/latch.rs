@@ -5,7 +5,7 @@
 //! hash. Two executions may share a stripe and then wait for each other, which costs throughput,
 //! never correctness. The number of stripes bounds the memory, whatever the number of executions.
 
-use raft_store::ExecutionId;
+use chainstore_model::ExecutionId;
 use tokio::sync::{Mutex, MutexGuard};
 
 /// Number of stripes.

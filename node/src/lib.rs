@@ -19,19 +19,22 @@
 //!
 //! This crate knows nothing about key encodings: storage is `raft-store`'s.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 // openraft's error types are large; they are returned as they come.
 #![allow(clippy::result_large_err)]
 
 mod api;
 mod bootstrap;
 mod config;
+mod errors;
 mod latch;
 mod metrics;
 mod network;
 mod node;
 mod proposer;
-mod raft_api;
 mod raft_stream;
+mod raft_types;
 mod security;
 mod server;
 mod tls;
@@ -40,12 +43,11 @@ mod watched;
 pub use api::auth::Access;
 pub use api::{app, route_table};
 pub use bootstrap::{bootstrap, parse_voters, Bootstrapped};
-pub use chainstore_transport::{
-    ReqwestTransport, Role, Transport, TransportError, TransportOptions,
-};
 pub use config::{Limits, NodeConfig, RaftTimings};
+pub use errors::{HandOff, Leader, StartError};
 pub use network::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
-pub use node::{Consistency, HandOff, Leader, Node, NodeMetrics, NodeRaft, StartError};
+pub use node::Node;
+pub use raft_types::{NodeMetrics, NodeRaft};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};
 pub use server::{serve, ServeOptions};
 pub use tls::{NodeTls, Reloaded, TlsFiles};

@@ -5,21 +5,22 @@
 //! [`Options`]: clap reads it from flags and the environment, serde from the file, and the two
 //! are layered field by field.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_node::{
-    app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens,
-    Transport, TransportOptions,
-};
+use chainstore_node::{app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, Secret, Tokens};
 use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, Reloaded, TlsFiles};
 use chainstore_transport::tls::TlsClientOptions;
 use chainstore_transport::ServerCheck;
+use chainstore_transport::{ReqwestTransport, Transport, TransportOptions};
 use clap::{Parser, Subcommand};
 use raft_store::raft::{restore_backup_from, BackupError, NodeId};
 use raft_store::{Engine, RocksEngine, RocksOptions};

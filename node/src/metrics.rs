@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Duration;
 
+use chainstore_model::api::ErrorBody;
+use chainstore_model::{Appended, FromLog, GuardedPage, PartOutcome};
 use openraft::{RaftMetrics, ServerState};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -12,12 +14,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use raft_store::raft::{NodeId, Rejection};
-use raft_store::{
-    AppendError, Appended, FromLog, GuardedPage, PartOutcome, PopulateError, RebuildError,
-};
+use raft_store::raft::NodeId;
 
-use crate::node::WriteError;
+use crate::errors::WriteError;
 
 /// The media type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -26,7 +25,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// held here too so that counting is a position lookup and an atomic add.
 struct Labelled {
     name: &'static str,
-    values: &'static [&'static str],
+    values: Vec<&'static str>,
     counters: Vec<Counter>,
 }
 
@@ -37,7 +36,7 @@ impl Labelled {
         name: &'static str,
         help: &'static str,
         label: &'static str,
-        values: &'static [&'static str],
+        values: Vec<&'static str>,
     ) -> Self {
         let family = Family::<[(&'static str, &'static str); 1], Counter>::default();
         let counters = values
@@ -94,18 +93,32 @@ struct RaftGauges {
     applied_index: Gauge<i64, AtomicI64>,
 }
 
-const APPEND_OUTCOMES: &[&str] = &[
-    "ok",
-    "duplicate",
+/// Every code of the API's error body: a failed write is counted by the code it is answered with.
+const ERROR_CODES: &[&str] = &[
+    "invalid_input",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
     "not_head",
     "event_conflict",
     "forked",
-    "invalid_input",
+    "session_conflict",
+    "refused",
     "too_large",
-    "not_leader",
+    "no_leader",
     "unavailable",
-    "error",
+    "overloaded",
+    "internal",
 ];
+/// The outcomes of a write, and every error code after them (each value once).
+fn with_error_codes(outcomes: &[&'static str]) -> Vec<&'static str> {
+    let mut values = outcomes.to_vec();
+    values.extend(ERROR_CODES.iter().filter(|code| !outcomes.contains(code)));
+    values
+}
+
+const APPEND_OUTCOMES: &[&str] = &["ok", "duplicate"];
 const POPULATE_OUTCOMES: &[&str] = &[
     "in_sync",
     "extended",
@@ -113,23 +126,8 @@ const POPULATE_OUTCOMES: &[&str] = &[
     "diverged",
     "refused",
     "part_accepted",
-    "session_conflict",
-    "invalid_input",
-    "too_large",
-    "not_leader",
-    "unavailable",
-    "error",
 ];
-const REBUILD_OUTCOMES: &[&str] = &[
-    "rebuilt",
-    "not_diverged",
-    "log_refused",
-    "invalid_input",
-    "too_large",
-    "not_leader",
-    "unavailable",
-    "error",
-];
+const REBUILD_OUTCOMES: &[&str] = &["rebuilt"];
 const GUARDED_OUTCOMES: &[&str] = &[
     "authoritative",
     "not_populated",
@@ -197,14 +195,14 @@ impl Default for Metrics {
             "chainstore_appends",
             "Append requests evaluated here, by outcome.",
             "outcome",
-            APPEND_OUTCOMES,
+            with_error_codes(APPEND_OUTCOMES),
         );
         let populates = Labelled::register(
             &mut r,
             "chainstore_populates",
             "Populate requests evaluated here, by outcome.",
             "outcome",
-            POPULATE_OUTCOMES,
+            with_error_codes(POPULATE_OUTCOMES),
         );
         let rebuilds = Labelled::register(
             &mut r,
@@ -212,7 +210,7 @@ impl Default for Metrics {
             "Rebuild requests evaluated here (a partition moved into quarantine and rebuilt \
              from the log), by outcome.",
             "outcome",
-            REBUILD_OUTCOMES,
+            with_error_codes(REBUILD_OUTCOMES),
         );
         let append_rpcs = Labelled::register(
             &mut r,
@@ -220,14 +218,14 @@ impl Default for Metrics {
             "AppendEntries RPCs (heartbeats included) this node answered, by how they came: \
              over an append stream or as HTTP requests.",
             "via",
-            APPEND_RPC_PATHS,
+            APPEND_RPC_PATHS.to_vec(),
         );
         let guarded_reads = Labelled::register(
             &mut r,
             "chainstore_guarded_reads",
             "Guarded chain reads served here, by answer.",
             "answer",
-            GUARDED_OUTCOMES,
+            GUARDED_OUTCOMES.to_vec(),
         );
         let sync_seconds = histogram(
             &mut r,
@@ -245,7 +243,7 @@ impl Default for Metrics {
             "chainstore_tls_reloads",
             "Reloads of changed TLS material, by outcome (error: the old material stays).",
             "outcome",
-            TLS_RELOAD_OUTCOMES,
+            TLS_RELOAD_OUTCOMES.to_vec(),
         );
         let shed = Labelled::register(
             &mut r,
@@ -253,7 +251,7 @@ impl Default for Metrics {
             "Requests refused with 503 overloaded: every slot of their class taken, its queue \
              full.",
             "class",
-            REQUEST_CLASSES,
+            REQUEST_CLASSES.to_vec(),
         );
         let linearizable = Labelled::register(
             &mut r,
@@ -261,7 +259,7 @@ impl Default for Metrics {
             "Linearizable read barriers asked for here (read). Reads waiting at once share \
              the heartbeats that confirm the leadership they rely on.",
             "stage",
-            READ_STAGES,
+            READ_STAGES.to_vec(),
         );
         let tls_not_after_unix = gauge(
             &mut r,
@@ -302,30 +300,9 @@ impl Default for Metrics {
     }
 }
 
+/// A failed write's outcome label: the code its answer carries.
 fn write_error_label(err: &WriteError) -> &'static str {
-    match err {
-        WriteError::NotLeader(_) => "not_leader",
-        WriteError::Unavailable(_) | WriteError::Rejected(Rejection::HeadMoved { .. }) => {
-            "unavailable"
-        }
-        WriteError::Rejected(Rejection::Forked(_)) => "forked",
-        WriteError::Append(AppendError::NotHead { .. }) => "not_head",
-        WriteError::Append(AppendError::EventConflict { .. }) => "event_conflict",
-        WriteError::Append(AppendError::Forked(_)) => "forked",
-        WriteError::Append(AppendError::InvalidInput(_) | AppendError::GenesisWithPrev)
-        | WriteError::Populate(PopulateError::InvalidInput(_)) => "invalid_input",
-        WriteError::Append(AppendError::TooLarge(_))
-        | WriteError::Populate(PopulateError::TooLarge(_)) => "too_large",
-        WriteError::Append(AppendError::HeadMoved)
-        | WriteError::Populate(PopulateError::HeadMoved) => "unavailable",
-        WriteError::Populate(PopulateError::SessionConflict { .. }) => "session_conflict",
-        WriteError::Rebuild(RebuildError::NotDiverged { .. }) => "not_diverged",
-        WriteError::Rebuild(RebuildError::LogRefused(_)) => "log_refused",
-        WriteError::Rebuild(RebuildError::InvalidInput(_)) => "invalid_input",
-        WriteError::Rebuild(RebuildError::TooLarge(_)) => "too_large",
-        WriteError::Rebuild(RebuildError::HeadMoved) => "unavailable",
-        _ => "error",
-    }
+    ErrorBody::from(err.clone()).code()
 }
 
 impl Metrics {
@@ -483,12 +460,7 @@ fn stage_durations<I: openraft::Instant>(
         .map(|(name, from, to)| {
             let durations = runs
                 .iter()
-                .map(|(entries, at)| {
-                    (
-                        at[*to].saturating_duration_since(at[*from].clone()),
-                        *entries,
-                    )
-                })
+                .map(|(entries, at)| (at[*to].saturating_duration_since(at[*from]), *entries))
                 .collect();
             (*name, durations)
         })
@@ -515,7 +487,24 @@ fn weighted_quantile(sorted: &[(Duration, u64)], q: f64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raft_store::Reason;
+    use chainstore_model::Reason;
+
+    #[test]
+    fn write_outcomes_are_counted_by_every_code_the_api_answers_with() {
+        let codes: Vec<&str> = ErrorBody::examples().iter().map(ErrorBody::code).collect();
+        assert_eq!(ERROR_CODES, codes.as_slice());
+        let metrics = Metrics::default();
+        metrics.record_append(&Err(WriteError::NotLeader(None)));
+        metrics.record_append(&Err(WriteError::Storage(
+            chainstore_model::StorageError::Corrupted("x".into()),
+        )));
+        assert_eq!(metrics.appends("no_leader"), 1);
+        assert_eq!(
+            metrics.appends("unavailable"),
+            1,
+            "a storage failure is answered 503"
+        );
+    }
 
     #[test]
     fn the_exposition_is_openmetrics_with_every_series_from_the_start() {
@@ -531,7 +520,7 @@ mod tests {
             "chainstore_raft_term 7",
             "chainstore_requests_shed_total{class=\"peer\"} 1",
             "chainstore_requests_shed_total{class=\"client\"} 0",
-            "chainstore_rebuilds_total{outcome=\"not_diverged\"} 0",
+            "chainstore_rebuilds_total{outcome=\"refused\"} 0",
             "chainstore_guarded_reads_total{answer=\"broken_chain\"} 0",
             "chainstore_fsync_seconds_bucket{le=\"0.005\"} 1",
             "chainstore_fsync_seconds_count 1",

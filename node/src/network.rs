@@ -35,8 +35,8 @@ use raft_store::raft::{NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig,
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use chainstore_model::api::headers::CLUSTER_SECRET;
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
-use raft_store::api::headers::CLUSTER_SECRET;
 
 use crate::raft_stream::{self, ClientStream};
 use crate::security::{PeerAuth, Secret};

@@ -15,12 +15,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chainstore_model::QuarantineRecord;
 use openraft::errors::{ClientWriteError, RaftError};
-use raft_store::raft::{Command, CommandResult};
-use raft_store::{Effect, Rebuild};
+use raft_store::raft::{Command, CommandResult, Rejection};
+use raft_store::{Applied, Effect, Rebuild};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::node::{Leader, NodeRaft};
+use crate::errors::Leader;
+use crate::raft_types::NodeRaft;
 
 /// Why a proposal has no result: the same for every effect of its entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +32,10 @@ pub(crate) enum ProposeError {
     /// Raft failed or is shutting down.
     Unavailable(String),
 }
+
+/// What one write came to once its entry was applied here: the entry's log index, and what the
+/// write did or why the state machine refused it.
+pub(crate) type Proposed<T> = Result<(u64, Result<T, Rejection>), ProposeError>;
 
 /// What bounds one entry.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +63,7 @@ enum Write {
 }
 
 impl Write {
-    fn execution_id(&self) -> &raft_store::ExecutionId {
+    fn execution_id(&self) -> &chainstore_model::ExecutionId {
         match self {
             Write::Effect(effect) => &effect.execution_id,
             Write::Rebuild(rebuild) => &rebuild.effect.execution_id,
@@ -86,21 +92,24 @@ impl Proposer {
     }
 
     /// Proposes `effect` with the writes queued alongside it; resolves to the entry's index and
-    /// this effect's result once the entry is applied on this node.
-    pub(crate) async fn propose(
-        &self,
-        effect: Effect,
-    ) -> Result<(u64, CommandResult), ProposeError> {
+    /// what this effect applied once the entry is applied on this node.
+    pub(crate) async fn propose(&self, effect: Effect) -> Proposed<Applied> {
         let bytes = effect.encoded_size();
-        self.send(Write::Effect(effect), bytes).await
+        match self.send(Write::Effect(effect), bytes).await? {
+            (index, CommandResult::Applied(applied)) => Ok((index, Ok(applied))),
+            (index, CommandResult::Rejected(rejection)) => Ok((index, Err(rejection))),
+            (_, other) => Err(unexpected(&other)),
+        }
     }
 
-    /// Proposes `rebuild` as an entry of its own; resolves once it is applied on this node.
-    pub(crate) async fn propose_rebuild(
-        &self,
-        rebuild: Rebuild,
-    ) -> Result<(u64, CommandResult), ProposeError> {
-        self.send(Write::Rebuild(rebuild), usize::MAX).await
+    /// Proposes `rebuild` as an entry of its own; resolves to the record the partition went
+    /// into once it is applied on this node.
+    pub(crate) async fn propose_rebuild(&self, rebuild: Rebuild) -> Proposed<QuarantineRecord> {
+        match self.send(Write::Rebuild(rebuild), usize::MAX).await? {
+            (index, CommandResult::Rebuilt(record, _)) => Ok((index, Ok(record))),
+            (index, CommandResult::Rejected(rejection)) => Ok((index, Err(rejection))),
+            (_, other) => Err(unexpected(&other)),
+        }
     }
 
     async fn send(&self, write: Write, bytes: usize) -> Result<(u64, CommandResult), ProposeError> {
@@ -116,6 +125,12 @@ impl Proposer {
             .await
             .unwrap_or_else(|_| Err(ProposeError::Unavailable("the proposer has stopped".into())))
     }
+}
+
+/// A write answered with another command's result: the state machine and the proposer disagree
+/// (a bug); the write's outcome is unknown.
+fn unexpected(result: &CommandResult) -> ProposeError {
+    ProposeError::Unavailable(format!("the write applied as {result:?}"))
 }
 
 async fn run(raft: NodeRaft, mut queue: mpsc::UnboundedReceiver<Proposal>, limits: EntryLimits) {

@@ -28,7 +28,8 @@ use raft_store::raft::TypeConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::node::Node;
+use crate::metrics::Metrics;
+use crate::raft_types::{LastHeard, NodeRaft};
 
 /// The protocol the upgrade names.
 pub const PROTOCOL: &str = "chainstore-raft-append/1";
@@ -97,14 +98,26 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, framed: &[u8]) -> st
     io.flush().await
 }
 
+/// What a served stream works with.
+pub struct Service {
+    /// The Raft that takes the AppendEntries.
+    pub raft: NodeRaft,
+    /// The largest frame taken.
+    pub frame_bytes_max: usize,
+    /// Counts each AppendEntries.
+    pub metrics: Arc<Metrics>,
+    /// Notes the leader each AppendEntries came from.
+    pub heard: Arc<LastHeard>,
+}
+
 /// Serves one upgraded stream until the leader closes it, it stays silent for `idle`, or a
 /// frame is refused. Holds `permit` (one of [`STREAMS_MAX`]) while it lasts.
-pub async fn serve<S>(node: Arc<Node>, mut io: S, idle: Duration, permit: OwnedSemaphorePermit)
+pub async fn serve<S>(service: Service, mut io: S, idle: Duration, permit: OwnedSemaphorePermit)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let _permit = permit;
-    let max = node.config().limits.raft_body_bytes_max;
+    let max = service.frame_bytes_max;
     loop {
         let payload = match tokio::time::timeout(idle, read_frame(&mut io, max)).await {
             Err(_) | Ok(Err(FrameError::Closed)) => return,
@@ -121,10 +134,10 @@ where
                 return;
             }
         };
-        node.metrics().record_append_rpc("stream");
+        service.metrics.record_append_rpc("stream");
         let from = request.vote.leader_id.node_id;
-        let answer = node.raft().append_entries(request).await;
-        node.heard_from(from);
+        let answer = service.raft.append_entries(request).await;
+        service.heard.note(from);
         // A node whose Raft has stopped (a storage failure, a shutdown) answers this once and
         // closes the stream: the leader's next RPC opens a new one, which reaches whatever
         // serves the address now (the node restarted).

@@ -10,7 +10,7 @@ use std::fmt;
 
 pub use chainstore_transport::Role;
 
-use crate::api::extract::secrets_equal;
+use subtle::ConstantTimeEq;
 
 /// The shortest secret or token accepted.
 pub const SECRET_BYTES_MIN: usize = 16;
@@ -62,7 +62,7 @@ impl Secret {
 
     /// Whether `offered` is this secret, in time independent of where they differ.
     pub fn matches(&self, offered: &[u8]) -> bool {
-        secrets_equal(self.0.as_bytes(), offered)
+        self.0.as_bytes().ct_eq(offered).into()
     }
 }
 

@@ -12,8 +12,9 @@
 
 use std::sync::Arc;
 
+use chainstore_model::StorageError;
 use raft_store::engine::{EngineView, KeyValue, PairSource, ScanOrder, WriteBatch};
-use raft_store::{Engine, StorageError};
+use raft_store::Engine;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

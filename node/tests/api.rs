@@ -835,9 +835,9 @@ async fn the_openapi_document_lists_every_route_with_its_role_and_every_route_in
         let op = &doc["paths"][*path][method.to_ascii_lowercase()];
         let role = match access {
             chainstore_node::Access::Public => "public",
-            chainstore_node::Access::Client(chainstore_node::Role::Read) => "read",
-            chainstore_node::Access::Client(chainstore_node::Role::Write) => "write",
-            chainstore_node::Access::Client(chainstore_node::Role::Admin) => "admin",
+            chainstore_node::Access::Client(chainstore_transport::Role::Read) => "read",
+            chainstore_node::Access::Client(chainstore_transport::Role::Write) => "write",
+            chainstore_node::Access::Client(chainstore_transport::Role::Admin) => "admin",
             chainstore_node::Access::Peer => "peer",
         };
         assert_eq!(op["x-chainstore-role"], role, "{method} {path}: {op}");

@@ -3,12 +3,12 @@
 //! may panic one. `FUZZ_INPUTS` (default 20,000 per decoder) and `FUZZ_SEED` as in
 //! `raft-store/tests/fuzz.rs`; `scripts/fuzz.sh` runs millions.
 
+use chainstore_model::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
 use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use raft_store::fuzz::{run_all, Target, PROPERTY_INPUTS_MIN};
 use raft_store::raft::rpc_codec::{decode_append_request, encode_append_request};
 use raft_store::raft::{log_id, SnapshotMeta, TypeConfig, Vote};
-use raft_store::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
 use serde_json::{json, Value};
 
 fn bytes(value: &Value) -> Vec<u8> {
@@ -89,7 +89,7 @@ fn targets() -> Vec<Target> {
                 {"event_id": "l2", "prev_event_id": "l1", "payload": {"k": "v"}}
             ]}))],
             decode: |b| {
-                let _ = serde_json::from_slice::<raft_store::api::RebuildBody>(b);
+                let _ = serde_json::from_slice::<chainstore_model::api::RebuildBody>(b);
             },
         },
         Target {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_node::Role;
+use chainstore_transport::Role;
 use common::certs::{Ca, Pem};
 use common::{event, http_client, Cluster, Options, ADMIN_TOKEN};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};

@@ -8,10 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use raft_store::{
-    AppendRequest, ChainStore, Engine, EventId, ExecutionId, Guarded, LogEvent, RocksEngine,
-    RocksOptions, StoreConfig,
-};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded, LogEvent};
+use raft_store::{ChainStore, Engine, RocksEngine, RocksOptions, StoreConfig};
 use serde_json::json;
 
 const CHAIN_LEN: u64 = 100;

@@ -3,10 +3,11 @@
 
 mod common;
 
+use chainstore_model::StorageError;
 use common::*;
 use proptest::prelude::*;
 use raft_store::engine::{Engine, WriteBatch};
-use raft_store::{ChainStore, MemEngine, OpenError, StorageError, StoreConfig, FORMAT_VERSION};
+use raft_store::{ChainStore, MemEngine, OpenError, StoreConfig, FORMAT_VERSION};
 
 #[test]
 fn a_store_of_an_unknown_format_refuses_to_open() {
@@ -92,8 +93,11 @@ fn exercise(store: &ChainStore<MemEngine>) -> Vec<Result<String, StorageError>> 
         results.push(text(store.head(&x)));
         results.push(text(store.append(&x, &req("b", Some("a")), 9).map_err(
             |e| match e {
-                raft_store::AppendError::Storage(s) => s,
-                other => StorageError::Io(format!("not a storage error: {other}")),
+                chainstore_model::AppendError::Storage(s) => s,
+                other => StorageError::io(
+                    std::io::ErrorKind::Other,
+                    format!("not a storage error: {other}"),
+                ),
             },
         )));
     }
@@ -121,7 +125,7 @@ fn every_damaged_record_reads_as_corrupted_not_a_panic() {
             for result in exercise(&store) {
                 match result {
                     Ok(_) | Err(StorageError::Corrupted(_)) => {}
-                    Err(StorageError::Io(message))
+                    Err(StorageError::Io { message, .. })
                         if message.starts_with("not a storage error") => {}
                     Err(other) => {
                         panic!("{:?} = {bytes:?}: {other:?}", String::from_utf8_lossy(key))

@@ -131,7 +131,7 @@ fn a_chain_read_is_one_scan_of_k_pairs_whatever_else_is_stored() {
         let guarded = measure(&store, |s| {
             assert!(matches!(
                 s.chain_if_authoritative(&exec("x")).unwrap(),
-                raft_store::Guarded::Authoritative(events) if events.len() == 100
+                chainstore_model::Guarded::Authoritative(events) if events.len() == 100
             ));
         });
         // The partition scan returns the 100 events plus head, watermark and coverage.

@@ -10,11 +10,10 @@
 
 mod common;
 
+use chainstore_model::{AppendRequest, ChainEvent, Guarded, LogEvent};
 use common::model::Model;
 use common::*;
-use raft_store::{
-    AppendRequest, ChainEvent, ChainStore, Guarded, LogEvent, MemEngine, StoreConfig,
-};
+use raft_store::{ChainStore, MemEngine, StoreConfig};
 
 #[derive(Clone)]
 enum Op {

@@ -4,8 +4,9 @@
 //! engine. The in-memory engine's fault model (losing unsynced writes, failing chosen writes) is
 //! tested at the end.
 
+use chainstore_model::StorageError;
 use raft_store::engine::{
-    Engine, KeyValue, MemEngine, RocksEngine, RocksOptions, ScanOrder, StorageError, WriteBatch,
+    Engine, KeyValue, MemEngine, RocksEngine, RocksOptions, ScanOrder, WriteBatch,
 };
 
 /// An engine under test that can be restarted: RocksDB is closed and reopened from its
@@ -299,7 +300,10 @@ fn replace_range_swaps_the_range_in_one_durable_step(h: &mut dyn Harness) {
     );
     assert!(refused.is_err());
     let mut failing = pairs(&[(b"b5", b"1")]);
-    failing.push(Err(StorageError::Io("the source broke".into())));
+    failing.push(Err(StorageError::io(
+        std::io::ErrorKind::Other,
+        "the source broke",
+    )));
     assert!(e
         .replace_range(b"a", b"z", &mut failing.into_iter())
         .is_err());

@@ -10,13 +10,14 @@
 
 mod common;
 
+use chainstore_model::{
+    AppendError, AppendRequest, ChainEvent, ExecutionId, FromLog, Guarded, GuardedPage, LogEvent,
+    PopulateError, ReplicateError,
+};
 use common::model::Model;
 use common::*;
 use proptest::prelude::*;
-use raft_store::{
-    AppendError, AppendRequest, ChainEvent, ChainStore, Engine, ExecutionId, FromLog, Guarded,
-    GuardedPage, LogEvent, MemEngine, PageBounds, PopulateError, ReplicateError, StoreConfig,
-};
+use raft_store::{ChainStore, Engine, MemEngine, PageBounds, StoreConfig};
 use serde_json::{json, Value};
 
 const EXECS: [&str; 3] = ["x0", "x1", "x2"];
@@ -248,14 +249,14 @@ fn resolve(op: &Op, model: &Model) -> (usize, Request) {
     }
 }
 
-fn norm_append(r: Result<raft_store::Appended, AppendError>) -> String {
+fn norm_append(r: Result<chainstore_model::Appended, AppendError>) -> String {
     match r {
         Err(AppendError::InvalidInput(_) | AppendError::GenesisWithPrev) => "invalid_input".into(),
         other => format!("{other:?}"),
     }
 }
 
-fn norm_replicate(r: Result<raft_store::Replicated, ReplicateError>) -> String {
+fn norm_replicate(r: Result<chainstore_model::Replicated, ReplicateError>) -> String {
     match r {
         Err(ReplicateError::InvalidInput(_)) => "invalid_input".into(),
         other => format!("{other:?}"),

@@ -23,6 +23,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use chainstore_model::Guarded;
 use common::*;
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, RaftSnapshotBuilder};
@@ -30,7 +31,7 @@ use raft_store::raft::{
     restore_backup, take_backup, Command, CommandResult, Entry, EntryPayload, LogId, LogStore,
     Membership, NodeId, SnapshotData, SnapshotMeta, StateMachine, Vote,
 };
-use raft_store::{AppendPlan, BatchPlan, ChainStore, Engine, Guarded, MemEngine, StoreConfig};
+use raft_store::{AppendPlan, BatchPlan, ChainStore, Engine, MemEngine, StoreConfig};
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -640,7 +641,7 @@ fn snapshots_kept_in_files_on_rocksdb_install_and_build_like_those_in_memory() {
     use tokio::io::AsyncWriteExt;
 
     let (meta, bytes) = donor_snapshot();
-    fn state_of(engine: &dyn Engine) -> Result<Pairs, raft_store::StorageError> {
+    fn state_of(engine: &dyn Engine) -> Result<Pairs, chainstore_model::StorageError> {
         engine.scan(b"a", b"y", ScanOrder::Forward, usize::MAX)
     }
 

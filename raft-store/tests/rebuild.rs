@@ -3,11 +3,9 @@
 
 mod common;
 
+use chainstore_model::{FromLog, Guarded, LogEvent, Reason, RebuildError, Refusal};
 use common::*;
-use raft_store::{
-    ApplyError, ChainStore, Engine, FromLog, Guarded, LogEvent, Reason, RebuildError, Refusal,
-    StoreConfig,
-};
+use raft_store::{ApplyError, ChainStore, Engine, StoreConfig};
 
 fn authoritative_ids<E: Engine>(store: &ChainStore<E>, e: &str) -> Vec<String> {
     match store

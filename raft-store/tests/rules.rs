@@ -3,11 +3,13 @@
 
 mod common;
 
+use chainstore_model::{
+    AppendError, Authority, Completeness, Coverage, FromLog, Guarded, Origin, PartOutcome,
+    PopulateError, PopulateSession, Reason, Refusal, ReplicateError, SessionId, Watermark,
+};
 use common::*;
 use raft_store::{
-    AppendError, Authority, ChainStore, Completeness, Coverage, CoverageChange, Effect, FromLog,
-    Guarded, HeadCheck, MemEngine, Origin, PartOutcome, PopulateError, PopulateSession, Reason,
-    Refusal, ReplicateError, SessionChange, SessionId, StoreConfig, Watermark,
+    ChainStore, CoverageChange, Effect, HeadCheck, MemEngine, SessionChange, StoreConfig,
 };
 use serde_json::json;
 
@@ -24,7 +26,7 @@ fn authoritative_ids(store: &ChainStore<MemEngine>, e: &str) -> Vec<String> {
     }
 }
 
-fn populate(store: &ChainStore<MemEngine>, e: &str, log: &[raft_store::LogEvent]) -> FromLog {
+fn populate(store: &ChainStore<MemEngine>, e: &str, log: &[chainstore_model::LogEvent]) -> FromLog {
     store.populate_from_log(&exec(e), log, 7).expect("populate")
 }
 
@@ -391,7 +393,7 @@ fn a_delivery_larger_than_one_batch_is_written_in_several_and_a_redelivery_compl
     let writes = engine.writes_total();
     assert_eq!(
         store.apply_replicated(&x, &delivery, 1).unwrap(),
-        raft_store::Replicated {
+        chainstore_model::Replicated {
             applied: 5,
             duplicates: 0
         }
@@ -410,7 +412,7 @@ fn a_delivery_larger_than_one_batch_is_written_in_several_and_a_redelivery_compl
     assert!(matches!(guarded(&store, "x"), Guarded::CannotAnswer(_)));
     assert_eq!(
         store.apply_replicated(&x, &delivery, 2).unwrap(),
-        raft_store::Replicated {
+        chainstore_model::Replicated {
             applied: 3,
             duplicates: 2
         }
@@ -479,7 +481,7 @@ fn a_different_event_at_an_occupied_seq_is_forked_and_writes_nothing() {
     let err = store.apply_replicated(&x, &delivery, 2).unwrap_err();
     assert!(matches!(
         err,
-        ReplicateError::Forked(raft_store::Fork::SeqTaken { exec_seq: 1, .. })
+        ReplicateError::Forked(chainstore_model::Fork::SeqTaken { exec_seq: 1, .. })
     ));
     assert_eq!(engine.dump(), before);
 }
@@ -496,7 +498,7 @@ fn a_known_event_id_at_another_seq_is_forked() {
         .unwrap_err();
     assert!(matches!(
         err,
-        ReplicateError::Forked(raft_store::Fork::IdElsewhere {
+        ReplicateError::Forked(chainstore_model::Fork::IdElsewhere {
             stored_seq: 1,
             offered_seq: 2,
             ..
@@ -1142,12 +1144,12 @@ fn part(
     store: &ChainStore<MemEngine>,
     e: &str,
     s: &PopulateSession,
-    events: &[raft_store::LogEvent],
+    events: &[chainstore_model::LogEvent],
 ) -> Result<PartOutcome, PopulateError> {
     store.populate_part(&exec(e), s, events, 7)
 }
 
-fn ten() -> Vec<raft_store::LogEvent> {
+fn ten() -> Vec<chainstore_model::LogEvent> {
     linked_log(&["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"])
 }
 
@@ -1531,7 +1533,7 @@ fn a_failure_at_any_write_of_a_session_never_serves_a_short_chain_and_a_new_sess
 }
 
 /// Requests for events `ids`, each naming the one before it (the first names `prev`).
-fn linked_requests(ids: &[&str], prev: Option<&str>) -> Vec<raft_store::AppendRequest> {
+fn linked_requests(ids: &[&str], prev: Option<&str>) -> Vec<chainstore_model::AppendRequest> {
     ids.iter()
         .enumerate()
         .map(|(i, id)| req(id, if i == 0 { prev } else { Some(ids[i - 1]) }))
@@ -1587,7 +1589,7 @@ fn an_append_of_several_is_refused_whole_and_writes_nothing() {
     let (engine, store) = mem_store();
     store.append(&exec("x"), &req("e1", None), 1).unwrap();
     let before = engine.writes_total();
-    let refused = |requests: Vec<raft_store::AppendRequest>| {
+    let refused = |requests: Vec<chainstore_model::AppendRequest>| {
         store.append_batch(&exec("x"), &requests, 2).unwrap_err()
     };
     // Not linked in order.
@@ -1617,8 +1619,8 @@ fn an_append_of_several_is_refused_whole_and_writes_nothing() {
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     assert!(matches!(
         refused(linked_requests(&many, Some("e1"))),
-        AppendError::TooLarge(raft_store::Oversize {
-            what: raft_store::Limit::AppendEvents,
+        AppendError::TooLarge(chainstore_model::Oversize {
+            what: chainstore_model::Limit::AppendEvents,
             ..
         })
     ));

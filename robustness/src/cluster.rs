@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use chainstore_client::RaftRole;
+use chainstore_model::api::RaftRole;
 
 use crate::workload::single_node_client;
 

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainstore_check::{Answer, Entry, Op, Verdict};
-use chainstore_client::{Consistency, Guarded, ReadOptions};
+use chainstore_client::ReadOptions;
+use chainstore_model::{api::Consistency, Guarded};
 use clap::Parser;
 
 use chainstore_robustness::cluster::{self, leader_of, wait_ready, Cluster};

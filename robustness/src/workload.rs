@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chainstore_check::{Answer, Entry, History, Op};
-use chainstore_client::{
-    AppendRequest, Client, ClientError, EventId, ExecutionId, ReadOptions, RetryPolicy,
-};
+use chainstore_client::{Client, ClientError, ReadOptions, RetryPolicy};
+use chainstore_model::{AppendRequest, EventId, ExecutionId};
 use chaos::actors::{append_answer, read_answer};
 use chaos::rng::SimRng as Rng;
 use serde_json::json;

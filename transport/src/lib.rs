@@ -15,6 +15,9 @@
 //! - [`identity`]: the identity a certificate names (a node id, or a client role).
 //! - [`tls`]: PEM material and rustls client configurations.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod identity;
 pub mod stream;
 pub mod tls;

@@ -8,10 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_node::{
-    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Role, Secret, Tokens,
-    TransportOptions,
-};
+use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret, Tokens};
+use chainstore_transport::{ReqwestTransport, Role, TransportOptions};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -26,7 +26,7 @@ use chainstore_transport::{CertificateIdentity, Identity, Role};
 use super::error::ApiError;
 use crate::node::Node;
 use crate::security::PeerAuth;
-use raft_store::api::headers::CLUSTER_SECRET;
+use chainstore_model::api::headers::CLUSTER_SECRET;
 
 /// What a route requires of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +71,8 @@ enum Refusal {
 impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
-            Refusal::Unauthenticated(m) => ApiError::Unauthorized(m),
-            Refusal::Forbidden(m) => ApiError::Forbidden(m),
+            Refusal::Unauthenticated(m) => ApiError::unauthorized(m),
+            Refusal::Forbidden(m) => ApiError::forbidden(m),
         }
     }
 }

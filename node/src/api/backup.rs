@@ -7,7 +7,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
-use raft_store::api::{headers::LAST_LOG_INDEX, ReadQuery};
+use chainstore_model::api::{headers::LAST_LOG_INDEX, ReadQuery};
 use raft_store::raft::{begin_backup, BackupError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -56,13 +56,13 @@ pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -
         });
         let last_log_id = beginning
             .await
-            .map_err(|_| ApiError::Internal("the backup task ended before it began".into()))?
+            .map_err(|_| ApiError::internal("the backup task ended before it began"))?
             .map_err(|err| match err {
                 BackupError::Empty => ApiError::unavailable("the node has applied nothing yet"),
                 BackupError::Storage(m) => ApiError::unavailable(format!(
                     "this node's storage failed ({m}); ask another node"
                 )),
-                other => ApiError::Internal(other.to_string()),
+                other => ApiError::internal(other.to_string()),
             })?;
         let stream = futures_util::stream::unfold(body, |mut body| async move {
             body.recv().await.map(|piece| (piece, body))

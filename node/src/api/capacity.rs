@@ -62,7 +62,7 @@ impl Capacity {
         if ahead >= self.queued {
             drop(in_queue);
             self.metrics.record_shed(self.class);
-            return ApiError::Overloaded(format!(
+            return ApiError::overloaded(format!(
                 "the node is serving as many {} requests as it may and as many wait; try again",
                 self.class
             ))

@@ -7,15 +7,16 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use openraft::ServerState;
-use raft_store::api::{
+use chainstore_model::api::{
     ClusterStatus, InitAnswer, InitBody, LearnerBody, MembershipAnswer, RaftRole, VotersBody,
 };
+use openraft::ServerState;
 
 use super::error::ApiError;
 use super::extract::{parse_json, read_body};
 use super::forward::forward;
-use crate::node::{MembershipError, Node};
+use crate::errors::MembershipError;
+use crate::node::Node;
 
 fn role(state: ServerState) -> RaftRole {
     match state {
@@ -56,8 +57,8 @@ pub async fn init(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body)
         let bytes = read_body(&headers, body, node.config().limits.body_bytes_max).await?;
         let request: InitBody = parse_json(&bytes)?;
         if request.nodes.is_empty() || request.nodes.values().any(|addr| addr.is_empty()) {
-            return Err(ApiError::InvalidInput(
-                "nodes must map at least one node id to an address".into(),
+            return Err(ApiError::invalid_input(
+                "nodes must map at least one node id to an address",
             ));
         }
         node.initialize(request.nodes).await?;

@@ -8,19 +8,21 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use raft_store::api::{
+use chainstore_model::api::{
     AppendAnswer, AppendBatchAnswer, AppendBatchBody, AppendedEvent, ChainAnswer, ChainQuery,
     ChangesAnswer, ChangesQuery, PopulateAnswer, PopulateBody, QuarantineList, QuarantinePage,
     RawChainAnswer, ReadQuery, RebuildAnswer, RebuildBody, ReplicatedBody, StateAnswer,
     QUARANTINE_LIST_MAX,
 };
-use raft_store::{AppendRequest, ExecutionId, GuardedPage, Limit, Oversize, PageBounds};
+use chainstore_model::{AppendRequest, ExecutionId, GuardedPage, Limit, Oversize};
+use raft_store::PageBounds;
 use serde::Serialize;
 
 use super::error::ApiError;
 use super::extract::{event_id, execution_id, parse_json, parse_query, read_body, PathParams};
 use super::forward::{forward, forward_streamed, set_leader_header};
-use crate::node::{Node, ReadError, WriteError};
+use crate::errors::{ReadError, WriteError};
+use crate::node::Node;
 
 /// Events in a page when the reader names no `limit`.
 const PAGE_EVENTS_DEFAULT: usize = 1_000;
@@ -28,13 +30,11 @@ const PAGE_EVENTS_DEFAULT: usize = 1_000;
 /// A chain read's page bounds, or 400 for out-of-range parameters.
 fn bounds(query: &ChainQuery, limits: &crate::config::Limits) -> Result<PageBounds, ApiError> {
     if query.from_seq == Some(0) || query.to_seq == Some(0) {
-        return Err(ApiError::InvalidInput(
-            "from_seq and to_seq count from 1".into(),
-        ));
+        return Err(ApiError::invalid_input("from_seq and to_seq count from 1"));
     }
     let events_max = match query.limit {
         Some(limit) if limit == 0 || limit > limits.read_page_events_max => {
-            return Err(ApiError::InvalidInput(format!(
+            return Err(ApiError::invalid_input(format!(
                 "limit must be between 1 and {}",
                 limits.read_page_events_max
             )))
@@ -53,18 +53,18 @@ fn bounds(query: &ChainQuery, limits: &crate::config::Limits) -> Result<PageBoun
 
 /// 413 for an unpaged read whose answer would pass the byte cap.
 fn too_large_unpaged(exec: &ExecutionId, limits: &crate::config::Limits) -> ApiError {
-    ApiError::TooLarge {
-        oversize: Oversize {
+    ApiError::too_large_because(
+        Oversize {
             what: Limit::AnswerBytes,
             size: None,
             limit: limits.read_bytes_max as u64,
         },
-        message: format!(
+        format!(
             "the chain of {exec} holds more than {} bytes, the most one answer carries; \
              read it in pages with from_seq and limit",
             limits.read_bytes_max
         ),
-    }
+    )
 }
 
 /// A write's body, decoded with a precise 400 for what is wrong.
@@ -481,7 +481,7 @@ pub async fn quarantine_page(
         Err(err) => return err.into_response(),
     };
     let Ok(number) = number.parse::<u64>() else {
-        return ApiError::InvalidInput(format!(
+        return ApiError::invalid_input(format!(
             "a quarantine record is named by its number, not {number:?}"
         ))
         .into_response();
@@ -506,7 +506,7 @@ pub async fn quarantine_page(
                 next_from_seq: page.next_from_seq,
                 applied_index,
             }),
-            None => Err(ApiError::NotFound(format!(
+            None => Err(ApiError::not_found(format!(
                 "execution {exec} has no quarantine record {number}"
             ))),
         }
@@ -528,7 +528,7 @@ pub async fn event(
     read(&node, &uri, &headers, |_: ReadQuery, _| {
         match node.store().event(&exec, &event)? {
             Some(found) => Ok(found),
-            None => Err(ApiError::NotFound(format!(
+            None => Err(ApiError::not_found(format!(
                 "execution {exec} has no event {event}"
             ))),
         }
@@ -542,7 +542,7 @@ pub async fn changes(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap
     read(&node, &uri, &headers, |query: ChangesQuery, _| {
         let limit = query.limit.unwrap_or(1_000);
         if limit == 0 || limit > page_max {
-            return Err(ApiError::InvalidInput(format!(
+            return Err(ApiError::invalid_input(format!(
                 "limit must be between 1 and {page_max}"
             )));
         }

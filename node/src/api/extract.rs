@@ -5,7 +5,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Uri};
-use raft_store::{EventId, ExecutionId, Limit, Oversize};
+use chainstore_model::{EventId, ExecutionId, Limit, Oversize};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -23,34 +23,32 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             limit: limit as u64,
         }));
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::TooLarge {
-            oversize: Oversize {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::too_large_because(
+            Oversize {
                 what: Limit::BodyBytes,
                 size: None,
                 limit: limit as u64,
             },
-            message: format!("the body exceeds the limit of {limit} bytes or was cut short"),
-        })
+            format!("the body exceeds the limit of {limit} bytes or was cut short"),
+        )
+    })
 }
 
 /// Decodes a JSON body.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::InvalidInput(
-            "the request needs a JSON body".into(),
-        ));
+        return Err(ApiError::invalid_input("the request needs a JSON body"));
     }
     serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::InvalidInput(format!("malformed JSON body: {e}")))
+        .map_err(|e| ApiError::invalid_input(format!("malformed JSON body: {e}")))
 }
 
 /// Decodes the query string.
 pub fn parse_query<T: DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
     axum::extract::Query::<T>::try_from_uri(uri)
         .map(|q| q.0)
-        .map_err(|e| ApiError::InvalidInput(format!("malformed query string: {}", e.body_text())))
+        .map_err(|e| ApiError::invalid_input(format!("malformed query string: {}", e.body_text())))
 }
 
 /// Path parameters, refused in the API's error format (axum's own rejection is plain text):
@@ -68,24 +66,16 @@ where
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(params)| PathParams(params))
-            .map_err(|e| ApiError::InvalidInput(format!("bad path: {}", e.body_text())))
+            .map_err(|e| ApiError::invalid_input(format!("bad path: {}", e.body_text())))
     }
 }
 
 /// Validates an execution id from the path.
 pub fn execution_id(raw: &str) -> Result<ExecutionId, ApiError> {
-    ExecutionId::new(raw).map_err(|e| ApiError::InvalidInput(format!("bad execution id: {e}")))
+    ExecutionId::new(raw).map_err(|e| ApiError::invalid_input(format!("bad execution id: {e}")))
 }
 
 /// Validates an event id from the path.
 pub fn event_id(raw: &str) -> Result<EventId, ApiError> {
-    EventId::new(raw).map_err(|e| ApiError::InvalidInput(format!("bad event id: {e}")))
-}
-
-/// Compares two secrets in time independent of where they differ.
-pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    EventId::new(raw).map_err(|e| ApiError::invalid_input(format!("bad event id: {e}")))
 }

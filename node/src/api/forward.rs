@@ -13,12 +13,13 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use chainstore_model::api::headers::{FORWARDED, LAST_LOG_INDEX, LEADER};
+use chainstore_model::{Limit, Oversize};
 use chainstore_transport::TransportError;
-use raft_store::api::headers::{FORWARDED, LAST_LOG_INDEX, LEADER};
-use raft_store::{Limit, Oversize};
 
 use super::error::ApiError;
-use crate::node::{Leader, Node};
+use crate::errors::Leader;
+use crate::node::Node;
 
 /// Headers copied from the client's request to the forwarded one, and back from the leader's
 /// answer.
@@ -52,18 +53,18 @@ pub async fn forward(
     } {
         Ok(answer) => answer,
         Err(TransportError::TooLarge { limit }) => {
-            return ApiError::TooLarge {
-                oversize: Oversize {
+            return ApiError::too_large_because(
+                Oversize {
                     what: Limit::AnswerBytes,
                     size: None,
                     limit: limit as u64,
                 },
-                message: format!(
+                format!(
                     "the leader's answer exceeds the {limit} bytes a node relays; \
                      send the request to the leader (node {})",
                     leader.id
                 ),
-            }
+            )
             .into_response()
         }
         Err(err) => return leader_silent(&leader, &err),
@@ -105,13 +106,13 @@ fn forwarded_request(
     body: Bytes,
 ) -> Result<(Leader, http::Request<Bytes>), Response> {
     if headers.contains_key(FORWARDED) {
-        return Err(ApiError::NoLeader(
-            "the node this request was forwarded to is not the leader".into(),
+        return Err(ApiError::no_leader(
+            "the node this request was forwarded to is not the leader",
         )
         .into_response());
     }
     let Some(leader) = leader.filter(|l| l.id != node.id()) else {
-        return Err(ApiError::NoLeader("no leader is known; retry shortly".into()).into_response());
+        return Err(ApiError::no_leader("no leader is known; retry shortly").into_response());
     };
     let path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
     let mut request = node
@@ -126,7 +127,7 @@ fn forwarded_request(
     match request.body(body) {
         Ok(request) => Ok((leader, request)),
         Err(err) => Err(
-            ApiError::InvalidInput(format!("cannot forward the request: {err}")).into_response(),
+            ApiError::invalid_input(format!("cannot forward the request: {err}")).into_response(),
         ),
     }
 }

@@ -10,6 +10,7 @@ pub mod extract;
 pub mod forward;
 pub mod openapi;
 pub mod ops;
+pub mod raft;
 
 use std::sync::Arc;
 
@@ -21,7 +22,6 @@ use axum::Router;
 use chainstore_transport::Role;
 
 use crate::node::Node;
-use crate::raft_api;
 use auth::{guard, Access};
 use capacity::{admit, Capacity};
 use error::ApiError;
@@ -39,8 +39,8 @@ pub(crate) struct Route {
 /// Every route of the API, with who may call it (the README's table of routes and roles is this
 /// one) and what it takes and answers.
 pub(crate) fn routes() -> Vec<Route> {
+    use chainstore_model::api::*;
     use openapi::schema as s;
-    use raft_store::api::*;
     use Content::{Json, Other};
     let read = Access::Client(Role::Read);
     let write = Access::Client(Role::Write);
@@ -70,24 +70,24 @@ pub(crate) fn routes() -> Vec<Route> {
         route("GET", "/v1/executions/{id}/chain", read, doc("The guarded read: the whole chain, or one page of it, only when the store can prove it; otherwise cannot_answer with the reason.", chain_query, Content::None, Json(s::<ChainAnswer>)), get(executions::chain)),
         route("GET", "/v1/executions/{id}/chain/raw", read, doc("The stored events, unguarded (diagnosis only).", chain_query, Content::None, Json(s::<RawChainAnswer>)), get(executions::chain_raw)),
         route("GET", "/v1/executions/{id}/state", read, doc("Authority, coverage, head and completeness.", read_query, Content::None, Json(s::<StateAnswer>)), get(executions::state)),
-        route("GET", "/v1/executions/{id}/events/{event_id}", read, doc("One stored event.", read_query, Content::None, Json(s::<raft_store::ChainEvent>)), get(executions::event)),
+        route("GET", "/v1/executions/{id}/events/{event_id}", read, doc("One stored event.", read_query, Content::None, Json(s::<chainstore_model::ChainEvent>)), get(executions::event)),
         route("GET", "/v1/executions/{id}/quarantine", read, doc("The execution's quarantine records: what rebuilds moved aside.", read_query, Content::None, Json(s::<QuarantineList>)), get(executions::quarantine_list)),
         route("GET", "/v1/executions/{id}/quarantine/{number}", read, doc("One quarantine record and a page of the events it holds.", chain_query, Content::None, Json(s::<QuarantinePage>)), get(executions::quarantine_page)),
         route("GET", "/v1/changes", read, doc("The commit-ordered change feed.", Some(s::<ChangesQuery>), Content::None, Json(s::<ChangesAnswer>)), get(executions::changes)),
         route("POST", "/v1/executions/{id}/events", write, doc("Appends one event, or several linked in order (`events`), at the head.", None, Json(s::<AppendBody>), Json(s::<AppendAnswers>)), post(executions::append)),
         route("POST", "/v1/executions/{id}/populate", write, doc("Populates the execution from the authoritative log (whole, or one part of a session).", None, Json(s::<PopulateBody>), Json(s::<PopulateAnswer>)), post(executions::populate)),
-        route("POST", "/v1/executions/{id}/replicated", admin, doc("Stores replicated events in any order.", None, Json(s::<ReplicatedBody>), Json(s::<raft_store::Replicated>)), post(executions::replicated)),
+        route("POST", "/v1/executions/{id}/replicated", admin, doc("Stores replicated events in any order.", None, Json(s::<ReplicatedBody>), Json(s::<chainstore_model::Replicated>)), post(executions::replicated)),
         route("POST", "/v1/executions/{id}/rebuild", admin, doc("Moves a diverged partition into a quarantine record and rebuilds the execution from the log, in one step.", None, Json(s::<RebuildBody>), Json(s::<RebuildAnswer>)), post(executions::rebuild)),
         route("GET", "/v1/snapshot", admin, doc("A consistent backup, taken on the leader.", None, Content::None, Other("application/octet-stream", "a snapshot file")), get(backup::save)),
         route("POST", "/v1/cluster/init", admin, doc("Initializes a new cluster.", None, Json(s::<InitBody>), Json(s::<InitAnswer>)), post(cluster::init)),
         route("POST", "/v1/cluster/learners", admin, doc("Adds a learner.", None, Json(s::<LearnerBody>), Json(s::<MembershipAnswer>)), post(cluster::add_learner)),
         route("POST", "/v1/cluster/voters", admin, doc("Sets the voter set.", None, Json(s::<VotersBody>), Json(s::<MembershipAnswer>)), post(cluster::change_voters)),
-        route("POST", "/raft/append", Access::Peer, doc("Raft AppendEntries.", None, peer_rpc(), peer_rpc()), post(raft_api::append)),
-        route("POST", "/raft/vote", Access::Peer, doc("Raft RequestVote.", None, peer_rpc(), peer_rpc()), post(raft_api::vote)),
-        route("POST", "/raft/pre-vote", Access::Peer, doc("Raft pre-vote: would this member vote for the candidate (nothing stored, no term change).", None, peer_rpc(), peer_rpc()), post(raft_api::pre_vote)),
-        route("POST", "/raft/snapshot", Access::Peer, doc("One chunk of a Raft snapshot; the last one installs it.", None, peer_rpc(), peer_rpc()), post(raft_api::snapshot)),
-        route("POST", "/raft/transfer-leader", Access::Peer, doc("The leader hands its leadership over: the member it names campaigns.", None, peer_rpc(), peer_rpc()), post(raft_api::transfer_leader)),
-        route("POST", "/raft/stream", Access::Peer, doc("Upgrades the connection to the append stream (`upgrade: chainstore-raft-append/1`): AppendEntries as frames, one connection per leader and follower.", None, Content::None, peer_rpc()), post(raft_api::stream)),
+        route("POST", "/raft/append", Access::Peer, doc("Raft AppendEntries.", None, peer_rpc(), peer_rpc()), post(raft::append)),
+        route("POST", "/raft/vote", Access::Peer, doc("Raft RequestVote.", None, peer_rpc(), peer_rpc()), post(raft::vote)),
+        route("POST", "/raft/pre-vote", Access::Peer, doc("Raft pre-vote: would this member vote for the candidate (nothing stored, no term change).", None, peer_rpc(), peer_rpc()), post(raft::pre_vote)),
+        route("POST", "/raft/snapshot", Access::Peer, doc("One chunk of a Raft snapshot; the last one installs it.", None, peer_rpc(), peer_rpc()), post(raft::snapshot)),
+        route("POST", "/raft/transfer-leader", Access::Peer, doc("The leader hands its leadership over: the member it names campaigns.", None, peer_rpc(), peer_rpc()), post(raft::transfer_leader)),
+        route("POST", "/raft/stream", Access::Peer, doc("Upgrades the connection to the append stream (`upgrade: chainstore-raft-append/1`): AppendEntries as frames, one connection per leader and follower.", None, Content::None, peer_rpc()), post(raft::stream)),
     ]
 }
 
@@ -96,8 +96,8 @@ pub(crate) fn routes() -> Vec<Route> {
 #[serde(untagged)]
 #[allow(dead_code)]
 enum AppendBody {
-    One(raft_store::AppendRequest),
-    Many(raft_store::api::AppendBatchBody),
+    One(chainstore_model::AppendRequest),
+    Many(chainstore_model::api::AppendBatchBody),
 }
 
 /// `POST .../events` answers one event or several, as it was sent.
@@ -105,8 +105,8 @@ enum AppendBody {
 #[serde(untagged)]
 #[allow(dead_code)]
 enum AppendAnswers {
-    One(raft_store::api::AppendAnswer),
-    Many(raft_store::api::AppendBatchAnswer),
+    One(chainstore_model::api::AppendAnswer),
+    Many(chainstore_model::api::AppendBatchAnswer),
 }
 
 /// Every route as (method, path, who may call it): what the router serves.
@@ -173,11 +173,11 @@ pub fn app(node: Arc<Node>) -> Router {
 }
 
 async fn not_found() -> Response {
-    ApiError::NotFound("no such route".into()).into_response()
+    ApiError::not_found("no such route").into_response()
 }
 
 async fn method_not_allowed() -> Response {
-    ApiError::MethodNotAllowed("this route does not take this method".into()).into_response()
+    ApiError::method_not_allowed("this route does not take this method").into_response()
 }
 
 /// Bounds every request by the configured deadline.

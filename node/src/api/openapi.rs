@@ -70,7 +70,7 @@ fn content(generator: &mut SchemaGenerator, content: Content) -> Option<Value> {
 /// The document for `routes`.
 pub(crate) fn document(routes: &[Route]) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
-    let error = schema::<raft_store::api::ErrorBody>(&mut generator);
+    let error = schema::<chainstore_model::api::ErrorBody>(&mut generator);
     let mut paths = Map::new();
     for route in routes {
         let (role, who) = access_words(route.access);

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use raft_store::api::{HealthAnswer, ReadyAnswer};
+use chainstore_model::api::{HealthAnswer, ReadyAnswer};
 
 use crate::node::Node;
 

@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_node::{
-    app, ClientAuth, Node, NodeConfig, PeerAuth, ReqwestTransport, Secret, Tokens, TransportOptions,
-};
+use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret, Tokens};
+use chainstore_transport::{ReqwestTransport, TransportOptions};
 use raft_store::MemEngine;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;

@@ -31,7 +31,7 @@
 use serde_json::Value;
 
 use crate::chain::effect::{CoverageChange, Effect, HeadCheck, SessionChange, SessionRecord};
-use crate::engine::StorageError;
+use chainstore_model::StorageError;
 use chainstore_model::{validate_id, EventId, ExecutionId, SessionId};
 use chainstore_model::{ChainEvent, Coverage, Head, Origin, QuarantineRecord, Watermark};
 
@@ -517,8 +517,12 @@ pub(crate) fn decode_effect(r: &mut Reader<'_>) -> Result<Effect, StorageError> 
 
 /// A quarantine record: JSON (rare, small, read by operators).
 pub(crate) fn encode_quarantine(record: &QuarantineRecord) -> Result<Vec<u8>, StorageError> {
-    serde_json::to_vec(record)
-        .map_err(|e| StorageError::Io(format!("cannot encode a quarantine record: {e}")))
+    serde_json::to_vec(record).map_err(|e| {
+        StorageError::io(
+            std::io::ErrorKind::InvalidData,
+            format!("cannot encode a quarantine record: {e}"),
+        )
+    })
 }
 
 pub(crate) fn decode_quarantine(bytes: &[u8]) -> Result<QuarantineRecord, StorageError> {

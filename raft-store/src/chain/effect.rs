@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::StorageError;
+use chainstore_model::StorageError;
 use chainstore_model::{ChainEvent, Coverage, Fork, Head, Watermark};
 use chainstore_model::{EventId, ExecutionId, SessionId};
 

@@ -19,7 +19,8 @@ use crate::chain::effect::{Applied, ApplyError, CoverageChange, Effect, HeadChec
 use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
 use crate::chain::{codec, write};
-use crate::engine::{scan_in_steps, Engine, ScanOrder, StorageError, WriteBatch};
+use crate::engine::{scan_in_steps, Engine, ScanOrder, WriteBatch};
+use chainstore_model::StorageError;
 use chainstore_model::{
     order_by_links, ChainEvent, Coverage, ExecutionId, Head, Limit, LogEvent, Origin, Oversize,
     PopulateError, QuarantineRecord, RebuildError, Watermark,

@@ -8,7 +8,8 @@ use crate::chain::codec;
 use crate::chain::effect::SessionRecord;
 use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
-use crate::engine::{Engine, ScanOrder, StorageError};
+use crate::engine::{Engine, ScanOrder};
+use chainstore_model::StorageError;
 use chainstore_model::{
     Authority, ChainEvent, ChainPage, Change, Completeness, Coverage, ExecutionState, Guarded,
     GuardedPage, Head, Reason, Watermark,

@@ -8,8 +8,9 @@ use serde_json::Value;
 use crate::chain::codec;
 use crate::chain::effect::{Applied, ApplyError, Effect};
 use crate::chain::keys;
-use crate::engine::{Engine, ScanOrder, StorageError, WriteBatch};
+use crate::engine::{Engine, ScanOrder, WriteBatch};
 use chainstore_model::ExecutionId;
+use chainstore_model::StorageError;
 use chainstore_model::{
     AppendError, AppendRequest, Appended, ChainEvent, FromLog, Limit, LogEvent, Oversize,
     PartOutcome, PopulateError, PopulateSession, ReplicateError, Replicated,

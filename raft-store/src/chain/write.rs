@@ -8,7 +8,8 @@ use crate::chain::effect::{
 };
 use crate::chain::keys::{self, PartitionKey};
 use crate::chain::store::ChainStore;
-use crate::engine::{Engine, StorageError, WriteBatch};
+use crate::engine::{Engine, WriteBatch};
+use chainstore_model::StorageError;
 use chainstore_model::{
     order_by_links, order_segment, AppendError, AppendRequest, Appended, ChainEvent, Coverage,
     Fork, FromLog, Head, Limit, LogEvent, Origin, Oversize, PartOutcome, PopulateError,
@@ -17,6 +18,10 @@ use chainstore_model::{
 use chainstore_model::{EventId, ExecutionId};
 
 /// What the evaluation of an append decided.
+// An `AppendPlan` lives from an evaluation to its proposal, one per append, and most of them
+// are `Write`s: boxing the effect would add an allocation to every append to save stack space
+// on the rarer duplicate.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AppendPlan {
     /// The event is already stored with identical content: answer without writing.

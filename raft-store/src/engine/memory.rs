@@ -224,7 +224,10 @@ impl State {
     /// when the read fails, else whether it sees a damaged value.
     fn read_faults(&mut self, values: usize) -> Result<bool, StorageError> {
         if fault_fires(&mut self.fail_read_in) {
-            return Err(StorageError::Io("injected read failure".into()));
+            return Err(StorageError::io(
+                std::io::ErrorKind::Other,
+                "injected read failure",
+            ));
         }
         Ok(values > 0 && fault_fires(&mut self.corrupt_read_in))
     }
@@ -312,7 +315,10 @@ impl Engine for MemEngine {
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
         let mut state = self.lock();
         if state.fail_all_writes || fault_fires(&mut state.fail_write_in) {
-            return Err(StorageError::Io("injected write failure".into()));
+            return Err(StorageError::io(
+                std::io::ErrorKind::Other,
+                "injected write failure",
+            ));
         }
         let batch = sealed(batch);
         apply(Arc::make_mut(&mut state.current), &batch);
@@ -335,7 +341,10 @@ impl Engine for MemEngine {
                     apply(&mut state.durable, batch);
                 }
             }
-            return Err(StorageError::Io("injected sync failure".into()));
+            return Err(StorageError::io(
+                std::io::ErrorKind::Other,
+                "injected sync failure",
+            ));
         }
         let pending = std::mem::take(&mut state.pending);
         for batch in &pending {

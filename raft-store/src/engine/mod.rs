@@ -1,9 +1,10 @@
-//! The storage engine: the narrow interface the chain store (and, later, the Raft storage) is
-//! written against.
+//! The storage engine: the narrow interface the chain store and the Raft storage are written
+//! against.
 //!
-//! An engine is an ordered byte-key map with four operations: a point get, an ordered range scan
-//! (forward or reverse, bounded by a limit), an atomic write batch, and `sync`, which makes every
-//! write issued before it durable. Two implementations pass one conformance suite
+//! An engine is an ordered byte-key map: a point get, an ordered range scan (forward or reverse,
+//! bounded by a limit), an atomic write batch, `sync` (makes every write issued before it
+//! durable), `write_durable` (a batch and its sync), `view` (a point-in-time view for long
+//! reads) and `replace_range` (a key range replaced by a stream of pairs as one durable change). Two implementations pass one conformance suite
 //! (`tests/engine_conformance.rs`): [`RocksEngine`] for production and [`MemEngine`] for tests and
 //! simulations, which can lose unsynced writes and fail chosen writes. [`CountingEngine`] wraps
 //! either and counts operations, which is how the cost rules of SPEC §3 are tested.
@@ -16,7 +17,7 @@ pub use counting::{CountingEngine, OpCounts};
 pub use memory::MemEngine;
 pub use rocks::{RocksEngine, RocksOptions};
 
-pub use chainstore_model::StorageError;
+use chainstore_model::StorageError;
 
 /// Bytes of the checksum an engine stores after every value.
 pub const CHECKSUM_BYTES: usize = 4;

@@ -52,7 +52,17 @@ pub struct RocksEngine {
 }
 
 fn io(err: rocksdb::Error) -> StorageError {
-    StorageError::Io(err.into_string())
+    use rocksdb::ErrorKind as Rocks;
+    let kind = match err.kind() {
+        Rocks::NotFound => std::io::ErrorKind::NotFound,
+        Rocks::TimedOut => std::io::ErrorKind::TimedOut,
+        Rocks::Busy | Rocks::TryAgain => std::io::ErrorKind::WouldBlock,
+        Rocks::Aborted => std::io::ErrorKind::Interrupted,
+        Rocks::InvalidArgument => std::io::ErrorKind::InvalidInput,
+        Rocks::NotSupported => std::io::ErrorKind::Unsupported,
+        _ => std::io::ErrorKind::Other,
+    };
+    StorageError::io(kind, err.into_string())
 }
 
 impl RocksEngine {
@@ -94,7 +104,12 @@ impl RocksEngine {
         match std::fs::remove_dir_all(&staging) {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => return Err(StorageError::Io(format!("clearing {staging:?}: {err}"))),
+            Err(err) => {
+                return Err(StorageError::from_io(
+                    &err,
+                    &format!("clearing {staging:?}"),
+                ))
+            }
         }
         Ok(Self {
             db,
@@ -199,7 +214,7 @@ impl Engine for RocksEngine {
     ) -> Result<(), StorageError> {
         let staging = self.path.join(STAGING_DIR);
         std::fs::create_dir_all(&staging)
-            .map_err(|e| StorageError::Io(format!("creating {staging:?}: {e}")))?;
+            .map_err(|e| StorageError::from_io(&e, &format!("creating {staging:?}")))?;
         let file = staging.join(format!(
             "replace-{}.sst",
             self.staged.fetch_add(1, Ordering::Relaxed)

@@ -23,7 +23,8 @@ use super::{LogStore, NodeId, StateMachine};
 use crate::chain::{
     check_copied_format, keys as chain_keys, ChainStore, OpenError, StoreConfig, FORMAT_VERSION,
 };
-use crate::engine::{Engine, EngineView, KeyValue, StorageError, WriteBatch, WriteOp};
+use crate::engine::{Engine, EngineView, KeyValue, WriteBatch, WriteOp};
+use chainstore_model::StorageError;
 
 /// A consistent copy of one node's state machine.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use super::types::{log_id, Entry, EntryPayload};
 use super::types::Command;
 use crate::chain::codec::{decode_effect, encode_effect, push_bytes, Reader};
 use crate::chain::{QuarantineNote, Rebuild};
-use crate::engine::StorageError;
+use chainstore_model::StorageError;
 use chainstore_model::{EventId, Head};
 
 /// The format this build writes.
@@ -51,8 +51,12 @@ pub fn encode_entry(entry: &Entry) -> Result<Vec<u8>, StorageError> {
         }
         EntryPayload::Normal(Command::Effects(effects)) => {
             out.push(PAYLOAD_EFFECTS);
-            let count = u32::try_from(effects.len())
-                .map_err(|_| StorageError::Io("an entry of over 2^32 effects".into()))?;
+            let count = u32::try_from(effects.len()).map_err(|_| {
+                StorageError::io(
+                    std::io::ErrorKind::InvalidInput,
+                    "an entry of over 2^32 effects",
+                )
+            })?;
             out.extend_from_slice(&count.to_be_bytes());
             for effect in effects {
                 encode_effect(effect, &mut out);
@@ -64,8 +68,12 @@ pub fn encode_entry(entry: &Entry) -> Result<Vec<u8>, StorageError> {
         }
         EntryPayload::Membership(membership) => {
             out.push(PAYLOAD_MEMBERSHIP);
-            let json = serde_json::to_vec(membership)
-                .map_err(|e| StorageError::Io(format!("cannot encode a membership: {e}")))?;
+            let json = serde_json::to_vec(membership).map_err(|e| {
+                StorageError::io(
+                    std::io::ErrorKind::InvalidData,
+                    format!("cannot encode a membership: {e}"),
+                )
+            })?;
             push_bytes(&mut out, &json);
         }
     }

@@ -18,7 +18,7 @@ use super::entry_codec::{decode_entry, encode_entry};
 use super::types::TypeConfig;
 use super::types::{log_id, LogId, Vote};
 use crate::chain::codec::{push_bytes, Reader};
-use crate::engine::StorageError;
+use chainstore_model::StorageError;
 
 /// The first byte of an append request in this framing.
 pub const APPEND_FORMAT: u8 = 0xA1;
@@ -36,8 +36,12 @@ pub fn encode_append_request(
     out.push(u8::from(rpc.vote.committed));
     push_log_id(&mut out, rpc.prev_log_id.as_ref());
     push_log_id(&mut out, rpc.leader_commit.as_ref());
-    let count = u32::try_from(rpc.entries.len())
-        .map_err(|_| StorageError::Io("an append of over 2^32 entries".into()))?;
+    let count = u32::try_from(rpc.entries.len()).map_err(|_| {
+        StorageError::io(
+            std::io::ErrorKind::InvalidInput,
+            "an append of over 2^32 entries",
+        )
+    })?;
     out.extend_from_slice(&count.to_be_bytes());
     for entry in &rpc.entries {
         push_bytes(&mut out, &encode_entry(entry)?);

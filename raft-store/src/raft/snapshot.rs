@@ -20,7 +20,8 @@
 use std::io::{self, Read, Write};
 
 use super::keys;
-use crate::engine::{scan_in_steps, EngineView, KeyValue, StorageError};
+use crate::engine::{scan_in_steps, EngineView, KeyValue};
+use chainstore_model::StorageError;
 
 const MAGIC: &[u8; 8] = b"CSSNAP02";
 /// The previous format: no checksums, no trailer. Named so that its files get a clear refusal.
@@ -52,7 +53,7 @@ fn read_error(err: io::Error) -> StorageError {
     if err.kind() == io::ErrorKind::UnexpectedEof {
         corrupted("it is truncated (it ends before its trailer)")
     } else {
-        StorageError::Io(format!("reading a snapshot: {err}"))
+        StorageError::from_io(&err, "reading a snapshot")
     }
 }
 
@@ -338,7 +339,7 @@ pub(crate) fn write_view<V: EngineView + ?Sized, W: Write>(
     store_format: u32,
     out: W,
 ) -> Result<(W, Summary), StorageError> {
-    let io = |e: io::Error| StorageError::Io(format!("writing a snapshot: {e}"));
+    let io = |e: io::Error| StorageError::from_io(&e, "writing a snapshot");
     let mut writer = Writer::new(out, store_format).map_err(io)?;
     scan_in_steps(view, keys::SM_START, keys::SM_END, WRITE_STEP, |pairs| {
         for (key, value) in &pairs {
@@ -353,15 +354,15 @@ pub(crate) fn write_view<V: EngineView + ?Sized, W: Write>(
 pub(crate) fn encode(store_format: u32, pairs: &[KeyValue]) -> Result<Vec<u8>, StorageError> {
     let size: usize = pairs.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
     let mut writer = Writer::new(Vec::with_capacity(64 + size * 101 / 100), store_format)
-        .map_err(|e| StorageError::Io(e.to_string()))?;
+        .map_err(|e| StorageError::from_io(&e, "encoding a snapshot"))?;
     for (key, value) in pairs {
         writer
             .push(key, value)
-            .map_err(|e| StorageError::Io(e.to_string()))?;
+            .map_err(|e| StorageError::from_io(&e, "encoding a snapshot"))?;
     }
     let (bytes, _) = writer
         .finish()
-        .map_err(|e| StorageError::Io(e.to_string()))?;
+        .map_err(|e| StorageError::from_io(&e, "encoding a snapshot"))?;
     Ok(bytes)
 }
 

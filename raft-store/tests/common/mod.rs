@@ -3,10 +3,8 @@
 
 pub mod model;
 
-use raft_store::{
-    AppendRequest, ChainEvent, ChainStore, EventId, ExecutionId, LogEvent, MemEngine, RocksEngine,
-    RocksOptions, StoreConfig,
-};
+use chainstore_model::{AppendRequest, ChainEvent, EventId, ExecutionId, LogEvent};
+use raft_store::{ChainStore, MemEngine, RocksEngine, RocksOptions, StoreConfig};
 use serde_json::{json, Value};
 
 pub fn exec(s: &str) -> ExecutionId {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use raft_store::{
+use chainstore_model::{
     AppendError, AppendRequest, Appended, Authority, ChainEvent, Completeness, Coverage, EventId,
     ExecutionId, Fork, FromLog, Guarded, LogEvent, Origin, PopulateError, Reason, Refusal,
     ReplicateError, Replicated, Watermark,

@@ -19,9 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_client::{
-    AppendRequest, Client, EventId, ExecutionId, Guarded, ReadOptions, RetryPolicy,
-};
+use chainstore_client::{Client, ReadOptions, RetryPolicy};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded};
 use chainstore_robustness::cluster::{http_get, leader_of, wait_ready, Cluster};
 use clap::Parser;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};

@@ -21,7 +21,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Config, Connection, Socket};
 
-use crate::consumer::LogError;
+use chainstore_client::LogError;
 
 /// The PostgreSQL connection's flags (shared by the populator and chainctl).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]

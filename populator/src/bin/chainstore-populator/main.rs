@@ -5,6 +5,9 @@
 //! succeed, 503 once none has for ten poll intervals), `GET /problems` (the executions that need
 //! attention, with why, as JSON). Logs are JSON lines on stderr with `--log-json`.
 
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,9 +18,9 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use chainstore_client::populator::{Checkpoint, Options, Populator, Shared};
-use chainstore_client::postgres::{PgLog, PgTable, PgTls, PgTlsArgs, TableNames};
-use chainstore_client::ConnectArgs;
+use chainstore_populator::postgres::{PgLog, PgTable, PgTls, PgTlsArgs, TableNames};
+use chainstore_populator::ConnectArgs;
+use chainstore_populator::{Checkpoint, Options, Populator, Shared};
 use clap::Parser;
 use futures_util::StreamExt;
 
@@ -121,7 +124,7 @@ async fn problems(State(http): State<Arc<Http>>) -> impl IntoResponse {
 async fn listen(dsn: String, tls: PgTls, channel: String, wake: Arc<tokio::sync::Notify>) {
     let quoted = format!("\"{}\"", channel.replace('"', "\"\""));
     loop {
-        match chainstore_client::postgres::connect(&dsn, &tls).await {
+        match chainstore_populator::postgres::connect(&dsn, &tls).await {
             Ok((client, mut connection)) => {
                 let mut messages =
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -27,13 +27,13 @@ use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::client::Client;
+use chainstore_client::Client;
 use chainstore_model::LogEvent;
 
-use crate::consumer::{
+use crate::postgres::{PgLog, RowRef};
+use chainstore_client::{
     BoxFuture, Comparator, LogError, LogSource, ReconcileError, Reconciler, Verdict,
 };
-use crate::postgres::{PgLog, RowRef};
 
 /// How the populator paces itself.
 #[derive(Debug, Clone)]

@@ -1,10 +1,16 @@
 //! `chainctl`: the command-line interface to a chainstore cluster.
 //!
-//! Output is a table or plain lines for people, JSON with `--json` for scripts. Errors are one
-//! line on stderr. Exit codes: 0 done; 1 the cluster refused the request (`not_head`,
+//! Output is a table or plain lines for people, JSON with `--json` for scripts. An error is one
+//! line in words on stderr, or, with `--json`, one JSON error body on stdout: the API's own
+//! (`{"error": "not_head", "message": ..., "expected": ..., "got": ...}`) when the cluster
+//! answered with one, else `{"error": "usage" | "refused" | "unavailable", "message": ...}`.
+//! Exit codes: 0 done; 1 the cluster refused the request (`not_head`,
 //! `event_conflict`, `forked`, `invalid_input`, `not_found`, `unauthorized`, `forbidden`,
 //! `too_large`, or a populate that diverged or was refused); 2 bad arguments or input; 3 the
 //! cluster is unreachable or unavailable; 4 a guarded read that cannot answer.
+
+// A panic is never an answer: production code handles every failure (tests may unwrap).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod bench;
 mod output;
@@ -16,12 +22,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_client::postgres::{PgLog, PgTable, PgTlsArgs, TableNames};
 use chainstore_client::{
-    AppendRequest, Client, ClientError, ConnectArgs, Consistency, EventId, ExecutionId, FromLog,
-    Guarded, LogError, LogEvent, LogSource, PageRequest, ReadOptions, ReconcileError, Reconciler,
+    Client, ClientError, LogError, LogSource, PageRequest, ReadOptions, ReconcileError, Reconciler,
     Verdict,
 };
+use chainstore_model::{
+    api::Consistency, AppendRequest, EventId, ExecutionId, FromLog, Guarded, LogEvent,
+};
+use chainstore_populator::postgres::{PgLog, PgTable, PgTlsArgs, TableNames};
+use chainstore_populator::ConnectArgs;
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 
@@ -321,7 +330,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     } else {
                         println!("{exec}: cannot answer ({}); ask the authoritative log (applied index {})", reason.as_str(), read.applied_index);
                     }
-                    Err(Failure::silent(4))
+                    Err(Failure::silent(output::CANNOT_ANSWER))
                 }
             }
         }
@@ -500,7 +509,7 @@ async fn snapshot_save(client: &Client, file: &std::path::Path, json: bool) -> R
     Ok(())
 }
 
-fn print_events(events: &[chainstore_client::ChainEvent]) {
+fn print_events(events: &[chainstore_model::ChainEvent]) {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|e| {
@@ -676,7 +685,7 @@ async fn populate(
         .iter()
         .any(|k| counts.contains_key(*k));
     if unhealthy {
-        Err(Failure::silent(1))
+        Err(Failure::silent(output::REFUSED))
     } else {
         Ok(())
     }
@@ -727,7 +736,7 @@ async fn populate_from_postgres(
         println!("{exec}: {answer}");
     }
     if verdict.is_divergence() {
-        Err(Failure::silent(1))
+        Err(Failure::silent(output::REFUSED))
     } else {
         Ok(())
     }
@@ -771,11 +780,14 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            if let Some(message) = &failure.message {
-                eprintln!("chainctl: {message}");
+            match (json, failure.json(), &failure.message) {
+                (true, Some(body), _) => print_json(&body),
+                (_, _, Some(message)) => eprintln!("chainctl: {message}"),
+                _ => {}
             }
             ExitCode::from(failure.code)
         }

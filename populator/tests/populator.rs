@@ -14,10 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_client::populator::Problem;
-use chainstore_client::{
-    AppendRequest, Client, EventId, ExecutionId, Guarded, PageRequest, ReadOptions,
-};
+use chainstore_client::{Client, PageRequest, ReadOptions};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded};
+use chainstore_populator::Problem;
 use chainstore_robustness::cluster::{http_get, user_ids, wait_ready, Cluster};
 use serde_json::json;
 use tokio_postgres::NoTls;
@@ -737,7 +736,7 @@ async fn the_populator_keeps_the_cluster_in_step_with_a_postgres_table_through_f
         "{text} {}",
         String::from_utf8_lossy(&repaired.stderr)
     );
-    let answer: chainstore_client::RebuildAnswer = serde_json::from_str(&text).expect("{text}");
+    let answer: chainstore_model::api::RebuildAnswer = serde_json::from_str(&text).expect("{text}");
     let want = table_chain(&db, &second).await;
     assert_eq!(answer.total, want.len() as u64);
     assert_eq!(answer.quarantine.events, EVENTS as u64 + 1, "{answer:?}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chainstore_transport::{KeyPair, TlsClientOptions};
 
-use crate::client::{Client, RetryPolicy};
+use chainstore_client::{Client, RetryPolicy};
 
 /// The connection flags of a tool built on [`Client`].
 #[derive(Debug, Clone, clap::Args)]

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use certs::{Ca, Pem};
-use chainstore_client::{
-    AppendRequest, Client, ClientError, EventId, ExecutionId, Guarded, KeyPair, ReadOptions,
-    RetryPolicy, TlsClientOptions,
-};
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Role, Tokens};
+use chainstore_client::{Client, ClientError, ReadOptions, RetryPolicy};
+use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded};
+use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Tokens};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, TlsFiles};
+use chainstore_transport::Role;
+use chainstore_transport::{KeyPair, TlsClientOptions};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 
 const WRITE_TOKEN: &str = "write-token-of-the-tls-tests";

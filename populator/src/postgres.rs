@@ -24,8 +24,8 @@ use chainstore_model::{EventId, ExecutionId, LogEvent};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client as PgClient, Row};
 
-use crate::consumer::{BoxFuture, LogError, LogSource};
 pub use crate::postgres_tls::{connect, PgConnection, PgTls, PgTlsArgs};
+use chainstore_client::{BoxFuture, LogError, LogSource};
 
 /// The table and the columns that hold the log (also the command-line flags that name them).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]

@@ -32,7 +32,7 @@ pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bod
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let request = decode_append_request(&bytes)
-            .map_err(|e| ApiError::InvalidInput(format!("malformed append request: {e}")))?;
+            .map_err(|e| ApiError::invalid_input(format!("malformed append request: {e}")))?;
         node.metrics().record_append_rpc("http");
         let from = request.vote.leader_id.node_id;
         let answer = node.raft().append_entries(request).await;
@@ -89,11 +89,11 @@ pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: B
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let (header, data) = decode_snapshot_chunk(&bytes)
-            .ok_or_else(|| ApiError::InvalidInput("malformed snapshot chunk".into()))?;
+            .ok_or_else(|| ApiError::invalid_input("malformed snapshot chunk"))?;
         let answer = node
             .receive_snapshot(header, data)
             .await
-            .map_err(ApiError::InvalidInput)?;
+            .map_err(ApiError::invalid_input)?;
         Ok::<_, ApiError>(Json(answer.map_err(RaftError::<TypeConfig>::Fatal)).into_response())
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
@@ -114,7 +114,7 @@ pub async fn stream(
                 .eq_ignore_ascii_case(raft_stream::PROTOCOL.as_bytes())
         });
     if !asked {
-        return ApiError::InvalidInput(format!(
+        return ApiError::invalid_input(format!(
             "this route upgrades the connection: send `connection: upgrade` and `upgrade: {}`",
             raft_stream::PROTOCOL
         ))
@@ -124,20 +124,28 @@ pub async fn stream(
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>()
     else {
-        return ApiError::InvalidInput("this connection cannot be upgraded".into()).into_response();
+        return ApiError::invalid_input("this connection cannot be upgraded").into_response();
     };
     let Ok(permit) = Arc::clone(node.raft_streams()).try_acquire_owned() else {
-        return ApiError::Overloaded(format!(
+        return ApiError::overloaded(format!(
             "{} append streams are open",
             raft_stream::STREAMS_MAX
         ))
         .into_response();
     };
     let idle = node.config().limits.header_read_timeout;
+    // The stream holds the Raft and its limits, not the whole node.
+    let service = node.stream_service();
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                raft_stream::serve(node, hyper_util::rt::TokioIo::new(upgraded), idle, permit).await
+                raft_stream::serve(
+                    service,
+                    hyper_util::rt::TokioIo::new(upgraded),
+                    idle,
+                    permit,
+                )
+                .await
             }
             Err(err) => tracing::debug!(%err, "an append stream's upgrade failed"),
         }

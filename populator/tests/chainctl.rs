@@ -1,6 +1,8 @@
 //! `chainctl` end to end: the real binary against a real in-process cluster, checking output and
 //! exit codes, bad arguments and an unreachable cluster included.
 
+// The in-process cluster the client's tests run against.
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::process::Output;
@@ -67,7 +69,34 @@ async fn chainctl_appends_reads_and_reports_with_meaningful_exit_codes() {
     assert_eq!(code(&out), 1);
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "one clear line: {err}");
-    assert!(err.contains("not the head"), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "chainctl: not the head: the execution's head is e1, but the append named nope as its \
+         previous event",
+        "in words, no Debug text"
+    );
+
+    // With --json the refusal is the API's error body, on stdout, with the same exit code.
+    let out = chainctl(
+        &nodes,
+        &["--json", "append", "order-1", "e2", "--prev", "nope"],
+    )
+    .await;
+    assert_eq!(code(&out), 1);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let refusal: Value = serde_json::from_slice(&out.stdout).expect("a JSON error body");
+    assert_eq!(
+        (&refusal["error"], &refusal["expected"], &refusal["got"]),
+        (
+            &Value::from("not_head"),
+            &Value::from("e1"),
+            &Value::from("nope")
+        ),
+        "{refusal}"
+    );
+    assert!(refusal["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("head is e1")));
 
     let out = chainctl(
         &nodes,
@@ -224,4 +253,30 @@ async fn chainctl_refuses_bad_arguments_and_reports_an_unreachable_cluster() {
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("chainctl: unavailable"), "{err}");
+
+    // Under --json a script reads every failure as one JSON body: unavailable (exit 3, try
+    // again) apart from a usage error (exit 2, the request was wrong).
+    let out = chainctl(
+        "http://127.0.0.1:1",
+        &[
+            "--json",
+            "--attempts",
+            "2",
+            "--timeout-ms",
+            "300",
+            "chain",
+            "x",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 3);
+    let body: Value = serde_json::from_slice(&out.stdout).expect("a JSON error body");
+    assert_eq!(body["error"], "unavailable", "{body}");
+    let out = chainctl("http://127.0.0.1:1", &["--json", "append", "bad id", "e1"]).await;
+    assert_eq!(code(&out), 2);
+    let body: Value = serde_json::from_slice(&out.stdout).expect("a JSON error body");
+    assert_eq!(body["error"], "usage", "{body}");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("bad execution id")));
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use chainstore_client::{AppendRequest, Appended, Client, EventId, ExecutionId};
+use chainstore_client::Client;
+use chainstore_model::{AppendRequest, Appended, EventId, ExecutionId};
 use serde_json::json;
 
 use crate::output::{print_table, Failure};

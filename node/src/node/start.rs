@@ -1,0 +1,123 @@
+//! Starting a node: the store opened on its engine, Raft started over it, the proposer and the
+//! watch that stops Raft when the storage fails.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+
+use openraft::Raft;
+use raft_store::raft::{LogStore, SnapshotDir, StateMachine};
+use raft_store::{ChainStore, Engine, StoreConfig};
+
+use super::{Node, ENTRIES_IN_FLIGHT, ENTRY_EFFECTS_MAX};
+use crate::config::NodeConfig;
+use crate::errors::StartError;
+use crate::latch::Latches;
+use crate::metrics::Metrics;
+use crate::network::{Network, PeerCredentials};
+use crate::proposer::{EntryLimits, Proposer};
+use crate::raft_stream;
+use crate::watched::{StorageHealth, WatchedEngine};
+use chainstore_transport::Transport;
+
+impl Node {
+    /// Opens the store on `engine` and starts Raft. The node is not part of a cluster until
+    /// [`Node::initialize`] runs on one node, or a leader adds it.
+    pub async fn start(
+        config: NodeConfig,
+        engine: Arc<dyn Engine>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Arc<Node>, StartError> {
+        let store_config = StoreConfig {
+            payload_bytes_max: config.limits.payload_bytes_max,
+            populate_batch_events_max: config.limits.populate_batch_events_max,
+            populate_events_max: config.limits.populate_events_max,
+            // An entry must fit in the append RPC a peer accepts, with room for the envelope.
+            populate_batch_bytes_max: StoreConfig::default()
+                .populate_batch_bytes_max
+                .min(config.limits.raft_body_bytes_max / 4),
+            // The Raft log is the durable record; applies are synced before a purge.
+            sync_writes: false,
+            ..StoreConfig::default()
+        };
+        let metrics = Arc::new(Metrics::default());
+        let health = Arc::new(StorageHealth::default());
+        let engine = Arc::new(WatchedEngine::new(
+            engine,
+            Arc::clone(&metrics),
+            Arc::clone(&health),
+        ));
+        let entry_bytes_max = store_config.populate_batch_bytes_max;
+        let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
+        let log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
+        let state_machine = match &config.snapshot_dir {
+            Some(dir) => StateMachine::with_snapshot_dir(
+                Arc::clone(&store),
+                SnapshotDir::open(dir).map_err(|e| {
+                    StartError::Raft(format!("cannot open the snapshot directory {dir:?}: {e}"))
+                })?,
+            ),
+            None => StateMachine::new(Arc::clone(&store)),
+        };
+        let peer_credentials = PeerCredentials::new(&config.peer_auth);
+        let network = Network::new(
+            Arc::clone(&transport),
+            peer_credentials.clone(),
+            config
+                .limits
+                .append_rpc_bytes_max
+                .min(config.limits.raft_body_bytes_max),
+        );
+        let raft_config = Arc::new(config.openraft_config()?);
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            network,
+            log_store,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let proposer = Proposer::start(
+            raft.clone(),
+            EntryLimits {
+                effects_max: ENTRY_EFFECTS_MAX,
+                bytes_max: entry_bytes_max,
+                in_flight_max: ENTRIES_IN_FLIGHT,
+                write_timeout: config.limits.write_timeout,
+            },
+        );
+        // A storage failure stops Raft: this node no longer votes, appends or acknowledges.
+        let stopping = raft.clone();
+        let watching = Arc::clone(&health);
+        let id = config.id;
+        tokio::spawn(async move {
+            let failure = watching.failed().await;
+            tracing::error!(
+                node = id,
+                %failure,
+                "storage failed: Raft stops on this node (no votes, no appends, no answers) until \
+                 it is restarted on a sound disk"
+            );
+            if let Err(err) = stopping.shutdown().await {
+                tracing::warn!(%err, "raft shutdown after a storage failure reported an error");
+            }
+        });
+        Ok(Arc::new(Node {
+            config,
+            raft,
+            state_machine,
+            receiving: tokio::sync::Mutex::new(None),
+            heard: Arc::default(),
+            store,
+            latches: Latches::default(),
+            transport,
+            peer_credentials,
+            metrics,
+            health,
+            handing_off: AtomicBool::new(false),
+            proposing: AtomicUsize::new(0),
+            proposer,
+            raft_streams: Arc::new(tokio::sync::Semaphore::new(raft_stream::STREAMS_MAX)),
+        }))
+    }
+}
