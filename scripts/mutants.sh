@@ -37,7 +37,7 @@ export CARGO_TARGET_DIR="$root/target"
 case "$part" in
   store)
     cargo mutants -d "$tree" --in-place --shuffle --test-tool nextest --timeout 300 \
-      --file 'raft-store/src/chain/*.rs' --test-package raft-store \
+      --file 'raft-store/src/chain/*.rs' --file 'raft-store/src/chain/write/*.rs' --test-package raft-store \
       --output "$root/target/mutants/store" "$@"
     ;;
   node)

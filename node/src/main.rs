@@ -45,7 +45,7 @@ struct Cli {
 /// Every option of a node, declared once: a flag, an environment variable and a key of the TOML
 /// file (the field's name) each. A flag that is set (`true`) or a value that is given overrides
 /// the file's.
-#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, clap::Args, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Options {
     /// This node's id: a positive integer unique in the cluster, or a StatefulSet pod name
@@ -225,6 +225,8 @@ fn parse_node_id(text: &str) -> Result<NodeId, String> {
 
 fn settings(cli: Cli) -> Result<Settings, String> {
     let o = cli.options.layered_over_file(cli.config.as_ref())?;
+    // The tuning options are read after the others have been taken apart.
+    let tuning = o.clone();
     let id = parse_node_id(o.id.as_deref().ok_or("--id is required")?)?;
     let bootstrap_voters = o
         .bootstrap_voters
@@ -244,32 +246,68 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     let data_dir = o.data_dir.ok_or("--data-dir is required")?;
     let tls = tls_files(o.tls_cert, o.tls_key, o.tls_client_ca, o.insecure_no_tls)?;
     let secret = cluster_secret(o.cluster_secret_file)?;
-    let peer_auth = match (&tls, secret) {
-        (Some(_), None) => PeerAuth::Certificate,
-        (Some(_), Some(_)) => {
-            return Err(
-                "with TLS, peers authenticate by certificate; the cluster secret is for \
-                        plaintext setups only: remove it"
-                    .into(),
-            )
-        }
-        (None, Some(secret)) => PeerAuth::Secret(
-            Secret::new(secret).map_err(|e| format!("the cluster secret is refused: {e}"))?,
+    let peer_auth = peer_auth(tls.is_some(), secret)?;
+    let client_auth = client_auth(
+        o.client_tokens_file,
+        o.insecure_no_client_auth,
+        tls.is_some(),
+    )?;
+    let mut node = NodeConfig::new(id, advertise, peer_auth);
+    node.client_auth = client_auth;
+    let tls_reload_poll = Duration::from_millis(o.tls_reload_poll_ms.unwrap_or(10_000).max(100));
+    let mut rocks = RocksOptions::new(&data_dir);
+    tune(&tuning, &mut node, &mut rocks);
+    // Snapshots are files next to the database, cleared at every start.
+    node.snapshot_dir = Some(data_dir.join("snapshots"));
+    let log_format = o.log_format.unwrap_or_else(|| "text".into());
+    Ok(Settings {
+        node,
+        tls,
+        tls_reload_poll,
+        listen,
+        data_dir,
+        rocks,
+        log_format,
+        bootstrap_voters,
+        restore_from,
+    })
+}
+
+/// How peers authenticate: by certificate with TLS, by the cluster secret without; never both,
+/// never neither.
+fn peer_auth(tls: bool, secret: Option<String>) -> Result<PeerAuth, String> {
+    match (tls, secret) {
+        (true, None) => Ok(PeerAuth::Certificate),
+        (true, Some(_)) => Err(
+            "with TLS, peers authenticate by certificate; the cluster secret \
+                                is for plaintext setups only: remove it"
+                .into(),
         ),
-        (None, None) => {
-            return Err(
-                "without TLS, peers authenticate by the cluster secret: set \
-                        CHAINSTORE_CLUSTER_SECRET or --cluster-secret-file"
-                    .into(),
-            )
+        (false, Some(secret)) => {
+            Ok(PeerAuth::Secret(Secret::new(secret).map_err(|e| {
+                format!("the cluster secret is refused: {e}")
+            })?))
         }
-    };
-    let tokens = match o.client_tokens_file {
+        (false, None) => Err(
+            "without TLS, peers authenticate by the cluster secret: set \
+                              CHAINSTORE_CLUSTER_SECRET or --cluster-secret-file"
+                .into(),
+        ),
+    }
+}
+
+/// How clients authenticate: the tokens file, TLS client certificates, or nobody at all when
+/// asked for by name; a setup in which no client could authenticate is refused.
+fn client_auth(
+    tokens_file: Option<PathBuf>,
+    insecure_no_client_auth: bool,
+    tls: bool,
+) -> Result<ClientAuth, String> {
+    let tokens = match tokens_file {
         None => Tokens::default(),
         Some(path) => Tokens::parse(&read_secret_file(&path)?)
             .map_err(|e| format!("{}: {e}", path.display()))?,
     };
-    let insecure_no_client_auth = o.insecure_no_client_auth;
     if insecure_no_client_auth && !tokens.is_empty() {
         return Err(
             "--insecure-no-client-auth admits every client; a tokens file would do \
@@ -277,7 +315,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
                 .into(),
         );
     }
-    if tokens.is_empty() && tls.is_none() && !insecure_no_client_auth {
+    if tokens.is_empty() && !tls && !insecure_no_client_auth {
         return Err(
             "no client could authenticate: give --client-tokens-file (one role:token a \
                     line) or TLS (clients then present certificates naming a role), or run \
@@ -285,12 +323,15 @@ fn settings(cli: Cli) -> Result<Settings, String> {
                 .into(),
         );
     }
-    let mut node = NodeConfig::new(id, advertise, peer_auth);
-    node.client_auth = ClientAuth {
+    Ok(ClientAuth {
         tokens,
         insecure_no_client_auth,
-    };
-    let tls_reload_poll = Duration::from_millis(o.tls_reload_poll_ms.unwrap_or(10_000).max(100));
+    })
+}
+
+/// The Raft timings, the limits at the edge and RocksDB's memory the options set (the
+/// defaults stay for the ones they leave out).
+fn tune(o: &Options, node: &mut NodeConfig, rocks: &mut RocksOptions) {
     let timings = &mut node.raft;
     if let Some(ms) = o.heartbeat_ms {
         timings.heartbeat = Duration::from_millis(ms);
@@ -323,27 +364,12 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     if let Some(ms) = o.header_read_timeout_ms {
         limits.header_read_timeout = Duration::from_millis(ms.max(1));
     }
-    let mut rocks = RocksOptions::new(&data_dir);
     if let Some(mib) = o.block_cache_mib {
         rocks.block_cache_bytes = mib.max(1) << 20;
     }
     if let Some(mib) = o.write_buffer_mib {
         rocks.write_buffer_bytes = mib.max(1) << 20;
     }
-    // Snapshots are files next to the database, cleared at every start.
-    node.snapshot_dir = Some(data_dir.join("snapshots"));
-    let log_format = o.log_format.unwrap_or_else(|| "text".into());
-    Ok(Settings {
-        node,
-        tls,
-        tls_reload_poll,
-        listen,
-        data_dir,
-        rocks,
-        log_format,
-        bootstrap_voters,
-        restore_from,
-    })
 }
 
 /// The TLS files, all three or none (and then only when asked for by name).
@@ -439,7 +465,8 @@ async fn shutdown_signal() {
     interrupt.await.unwrap_or(());
 }
 
-async fn run(settings: Settings) -> Result<(), String> {
+/// Opens the database and, when asked, restores a backup into it (an empty store only).
+async fn open_store(settings: &Settings) -> Result<Arc<dyn Engine>, String> {
     let engine = RocksEngine::open(&settings.rocks).map_err(|e| {
         format!(
             "cannot open the database at {}: {e}",
@@ -463,6 +490,37 @@ async fn run(settings: Settings) -> Result<(), String> {
             Err(err) => return Err(format!("cannot restore {}: {err}", path.display())),
         }
     }
+    Ok(engine)
+}
+
+/// Initializes the cluster once, if this node is the one `--bootstrap-voters` names for it.
+async fn bootstrap_once(node: Arc<Node>, voters: BTreeMap<NodeId, String>) {
+    match bootstrap(node, voters, Duration::from_secs(1)).await {
+        Bootstrapped::Initialized => tracing::info!("bootstrap: initialized the cluster"),
+        Bootstrapped::AlreadyMember => tracing::info!("bootstrap: already a member"),
+        Bootstrapped::PeerHasCluster(peer) => tracing::warn!(
+            peer,
+            "bootstrap: node {peer} already belongs to a cluster; not initializing"
+        ),
+        Bootstrapped::NotBootstrapper => {}
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, then hands leadership over if this node leads.
+async fn hand_off_on_signal(node: Arc<Node>) {
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    match node.hand_off_leadership(HAND_OFF_WITHIN).await {
+        HandOff::NotLeader => {}
+        HandOff::HandedTo(successor) => {
+            tracing::info!(successor, "handed leadership over")
+        }
+        HandOff::NoSuccessor(why) => tracing::warn!(%why, "leadership not handed over"),
+    }
+}
+
+async fn run(settings: Settings) -> Result<(), String> {
+    let engine = open_store(&settings).await?;
     let limits = settings.node.limits.clone();
     let tls = match settings.tls.clone() {
         None => None,
@@ -509,18 +567,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         "chainstore-node serving"
     );
     if let Some(voters) = settings.bootstrap_voters.clone() {
-        let node = Arc::clone(&node);
-        tokio::spawn(async move {
-            match bootstrap(node, voters, Duration::from_secs(1)).await {
-                Bootstrapped::Initialized => tracing::info!("bootstrap: initialized the cluster"),
-                Bootstrapped::AlreadyMember => tracing::info!("bootstrap: already a member"),
-                Bootstrapped::PeerHasCluster(peer) => tracing::warn!(
-                    peer,
-                    "bootstrap: node {peer} already belongs to a cluster; not initializing"
-                ),
-                Bootstrapped::NotBootstrapper => {}
-            }
-        });
+        tokio::spawn(bootstrap_once(Arc::clone(&node), voters));
     }
     let options = ServeOptions {
         header_read_timeout: limits.header_read_timeout,
@@ -530,20 +577,7 @@ async fn run(settings: Settings) -> Result<(), String> {
     };
     // On SIGTERM a leader first hands its leadership over (a successor is elected within a
     // round trip instead of an election timeout), then the server drains within its grace.
-    let stopping = {
-        let node = Arc::clone(&node);
-        async move {
-            shutdown_signal().await;
-            tracing::info!("stopping");
-            match node.hand_off_leadership(HAND_OFF_WITHIN).await {
-                HandOff::NotLeader => {}
-                HandOff::HandedTo(successor) => {
-                    tracing::info!(successor, "handed leadership over")
-                }
-                HandOff::NoSuccessor(why) => tracing::warn!(%why, "leadership not handed over"),
-            }
-        }
-    };
+    let stopping = hand_off_on_signal(Arc::clone(&node));
     serve(listener, app(Arc::clone(&node)), tls, options, stopping).await;
     tracing::info!("shutting down");
     // In-flight requests have finished; stop Raft so the log and state machine close cleanly.

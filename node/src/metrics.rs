@@ -164,6 +164,8 @@ pub struct Metrics {
 }
 
 impl Default for Metrics {
+    // One registration per metric with its name and help text, in the order the exposition
+    // lists them: a table, long because the node exports that many metrics.
     fn default() -> Self {
         let mut r = Registry::default();
         let raft = RaftGauges {

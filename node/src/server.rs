@@ -14,6 +14,7 @@
 //! for the handler's own task, which bounds such streams itself.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +23,9 @@ use chainstore_transport::certificate_identity;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::api::auth::Connection;
@@ -90,32 +92,7 @@ pub async fn serve(
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
             let _slot = slot;
-            let Some(acceptor) = acceptor else {
-                let connection = Connection {
-                    remote: Some(remote),
-                    certificate: None,
-                };
-                serve_connection(stream, connection, router, watcher, &options).await;
-                return;
-            };
-            let handshake = acceptor.accept(stream);
-            match tokio::time::timeout(options.tls_handshake_timeout, handshake).await {
-                Ok(Ok(stream)) => {
-                    let certificate = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|chain| chain.first())
-                        .map(|cert| Arc::new(certificate_identity(cert)));
-                    let connection = Connection {
-                        remote: Some(remote),
-                        certificate,
-                    };
-                    serve_connection(stream, connection, router, watcher, &options).await;
-                }
-                Ok(Err(err)) => tracing::debug!(%remote, %err, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
-            }
+            accept(stream, remote, acceptor, router, watcher, &options).await;
         });
     }
     drop(listener);
@@ -127,6 +104,44 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("connections still open after the shutdown grace period; closing them");
+    }
+}
+
+/// Serves one accepted connection: plaintext, or TLS once its handshake completes within the
+/// deadline (the client certificate's identity then rides with every request).
+async fn accept(
+    stream: TcpStream,
+    remote: SocketAddr,
+    acceptor: Option<TlsAcceptor>,
+    router: Router,
+    watcher: tokio::sync::watch::Receiver<bool>,
+    options: &ServeOptions,
+) {
+    let Some(acceptor) = acceptor else {
+        let connection = Connection {
+            remote: Some(remote),
+            certificate: None,
+        };
+        serve_connection(stream, connection, router, watcher, options).await;
+        return;
+    };
+    let handshake = acceptor.accept(stream);
+    match tokio::time::timeout(options.tls_handshake_timeout, handshake).await {
+        Ok(Ok(stream)) => {
+            let certificate = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|cert| Arc::new(certificate_identity(cert)));
+            let connection = Connection {
+                remote: Some(remote),
+                certificate,
+            };
+            serve_connection(stream, connection, router, watcher, options).await;
+        }
+        Ok(Err(err)) => tracing::debug!(%remote, %err, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
     }
 }
 

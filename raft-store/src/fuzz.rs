@@ -109,12 +109,12 @@ const EDGES: [u32; 9] = [0, 1, 2, 0x7f, 0x80, 0xff, 0xffff, 0x7fff_ffff, u32::MA
 
 /// One input: a mutated seed (most of the time) or random bytes.
 pub fn generate(rng: &mut StdRng, seeds: &[Vec<u8>]) -> Vec<u8> {
-    if seeds.is_empty() || rng.gen_ratio(1, 20) {
-        let len = rng.gen_range(0..64);
-        return (0..len).map(|_| rng.gen()).collect();
+    if seeds.is_empty() || rng.random_ratio(1, 20) {
+        let len = rng.random_range(0..64);
+        return (0..len).map(|_| rng.random()).collect();
     }
-    let mut input = seeds[rng.gen_range(0..seeds.len())].clone();
-    for _ in 0..rng.gen_range(1..=4) {
+    let mut input = seeds[rng.random_range(0..seeds.len())].clone();
+    for _ in 0..rng.random_range(1..=4) {
         mutate(rng, &mut input, seeds);
     }
     input
@@ -122,56 +122,56 @@ pub fn generate(rng: &mut StdRng, seeds: &[Vec<u8>]) -> Vec<u8> {
 
 fn mutate(rng: &mut StdRng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
     let len = input.len();
-    match rng.gen_range(0..9) {
+    match rng.random_range(0..9) {
         0 if len > 0 => {
-            let at = rng.gen_range(0..len);
-            input[at] ^= 1 << rng.gen_range(0..8);
+            let at = rng.random_range(0..len);
+            input[at] ^= 1 << rng.random_range(0..8);
         }
         1 if len > 0 => {
-            let at = rng.gen_range(0..len);
-            input[at] = [0u8, 0xff, 0x7f, 0x80, b'"', b'{', b'0'][rng.gen_range(0..7)];
+            let at = rng.random_range(0..len);
+            input[at] = [0u8, 0xff, 0x7f, 0x80, b'"', b'{', b'0'][rng.random_range(0..7)];
         }
         2 if len >= 4 => {
             // A length or count field set to a boundary value, either byte order.
-            let at = rng.gen_range(0..=len - 4);
-            let value = EDGES[rng.gen_range(0..EDGES.len())];
-            let bytes = if rng.gen() {
+            let at = rng.random_range(0..=len - 4);
+            let value = EDGES[rng.random_range(0..EDGES.len())];
+            let bytes = if rng.random() {
                 value.to_be_bytes()
             } else {
                 value.to_le_bytes()
             };
             input[at..at + 4].copy_from_slice(&bytes);
         }
-        3 => input.truncate(rng.gen_range(0..=len)),
+        3 => input.truncate(rng.random_range(0..=len)),
         4 => {
-            let at = rng.gen_range(0..=len);
-            let extra: Vec<u8> = (0..rng.gen_range(1..16)).map(|_| rng.gen()).collect();
+            let at = rng.random_range(0..=len);
+            let extra: Vec<u8> = (0..rng.random_range(1..16)).map(|_| rng.random()).collect();
             input.splice(at..at, extra);
         }
         5 if len > 0 => {
-            let start = rng.gen_range(0..len);
-            let end = rng.gen_range(start..=len.min(start + 32));
+            let start = rng.random_range(0..len);
+            let end = rng.random_range(start..=len.min(start + 32));
             input.drain(start..end);
         }
         6 if len > 0 => {
             // A stretch repeated in place.
-            let start = rng.gen_range(0..len);
-            let end = rng.gen_range(start..=len.min(start + 64));
+            let start = rng.random_range(0..len);
+            let end = rng.random_range(start..=len.min(start + 64));
             let piece = input[start..end].to_vec();
             input.splice(end..end, piece);
         }
         7 => {
             // The head of this input and the tail of another seed.
-            let other = &seeds[rng.gen_range(0..seeds.len())];
-            let cut = rng.gen_range(0..=len);
-            let from = rng.gen_range(0..=other.len());
+            let other = &seeds[rng.random_range(0..seeds.len())];
+            let cut = rng.random_range(0..=len);
+            let from = rng.random_range(0..=other.len());
             input.truncate(cut);
             input.extend_from_slice(&other[from..]);
         }
         _ => {
             if len > 0 {
-                let at = rng.gen_range(0..len);
-                input[at] = rng.gen();
+                let at = rng.random_range(0..len);
+                input[at] = rng.random();
             }
         }
     }
@@ -190,6 +190,8 @@ fn exec() -> ExecutionId {
 
 /// The decoders of the store: its records, the engine's sealed values, the Raft log's entries
 /// and the snapshot/backup file.
+// A table: one target per decoder, each with its valid seeds beside it, so a new decoder is
+// added in one place.
 pub fn store_targets() -> Vec<Target> {
     let event = ChainEvent {
         execution_id: exec(),

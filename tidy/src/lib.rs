@@ -11,6 +11,8 @@
 //!   downwards through layers written in ARCHITECTURE.md ([`parse_layers`]), so that no import
 //!   circle can form.
 //!
+//! - [`long_functions`]: no function of a folder's library code runs past a line budget
+//!   without a plain `//` comment above it saying why it must.
 //! - [`normal_dependencies`]: the crates a package compiles for its users (its `[dependencies]`
 //!   and theirs, through the workspace's manifests and `Cargo.lock`), so that a test can hold
 //!   the client library free of the tools' dependencies.
@@ -322,6 +324,132 @@ pub fn layering_problems(
     problems
 }
 
+/// Functions longer than `max` lines in the `.rs` files under `dir` (test modules left out)
+/// with no plain `//` comment among the lines just above them (with their doc comment and
+/// attributes) to say why they must be that long: `path:line: name is N lines`.
+pub fn long_functions(root: &Path, dir: &str, max: usize) -> io::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for file in rust_files(&root.join(dir))? {
+        let text = fs::read_to_string(&file)?;
+        let lines: Vec<&str> = text.lines().collect();
+        // A `#[cfg(test)]` module closes a file's library code.
+        let end = lines
+            .windows(2)
+            .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod "))
+            .unwrap_or(lines.len());
+        for (at, line) in lines[..end].iter().enumerate() {
+            let Some(name) = fn_name(line) else { continue };
+            let Some(length) = body_length(&lines[at..end]) else {
+                continue;
+            };
+            if length > max && !explained(&lines[..at]) {
+                problems.push(format!(
+                    "{}:{}: `{name}` is {length} lines (over {max}) with no comment saying why",
+                    relative(root, &file),
+                    at + 1
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// The name of the function a line declares (`pub async fn name(` and the like), if any.
+fn fn_name(line: &str) -> Option<&str> {
+    let mut words = line.split_whitespace();
+    loop {
+        match words.next()? {
+            "fn" => break,
+            w if w == "pub"
+                || w.starts_with("pub(")
+                || w == "async"
+                || w == "const"
+                || w == "unsafe" => {}
+            _ => return None,
+        }
+    }
+    let rest = words.next()?;
+    let name = rest.split(['(', '<']).next()?;
+    (!name.is_empty()).then_some(name)
+}
+
+/// How many lines the function starting at `lines[0]` spans, to its closing brace; `None` for a
+/// declaration without a body.
+fn body_length(lines: &[&str]) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut opened = false;
+    for (n, line) in lines.iter().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for ch in strip_literals(code).chars() {
+            match ch {
+                '{' => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if opened && depth == 0 {
+            return Some(n + 1);
+        }
+        if !opened && code.trim_end().ends_with(';') {
+            return None;
+        }
+    }
+    None
+}
+
+/// `code` with its string and character literals emptied, so their braces are not counted.
+fn strip_literals(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '"' => {
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            '\'' if matches!(chars.clone().nth(1), Some('\'')) => {
+                chars.next();
+                chars.next();
+            }
+            '\'' if chars.peek() == Some(&'\\') => {
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether a plain `//` comment sits among the doc comments and attributes just above a
+/// declaration (`above` ends with the line before it).
+fn explained(above: &[&str]) -> bool {
+    for line in above.iter().rev() {
+        let line = line.trim_start();
+        if line.starts_with("//") && !line.starts_with("///") && !line.starts_with("//!") {
+            return true;
+        }
+        if !(line.starts_with("///") || line.starts_with("#[")) {
+            return false;
+        }
+    }
+    false
+}
+
 /// The names of the keys of the `[dependencies]` table of a manifest (`name = ...` and
 /// `name.workspace = true` lines).
 fn manifest_dependencies(manifest: &str) -> Vec<String> {
@@ -436,6 +564,27 @@ mod tests {
         let deps = normal_dependencies(dir.path(), "app").unwrap();
         let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
         assert_eq!(deps, ["lib-b", "log", "serde", "serde_derive"]);
+    }
+
+    #[test]
+    fn a_long_function_needs_a_comment_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = |n: usize| "    let x = '{';\n".repeat(n);
+        let text = format!(
+            "//! x\n/// Short.\nfn short() {{\n{}}}\n\n/// Long.\npub(crate) async fn long<T>() {{\n{}}}\n\n/// Long, on purpose.\n// A table.\n#[allow(dead_code)]\nfn table() {{\n{}}}\n\n#[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+            body(3),
+            body(10),
+            body(10),
+            body(10)
+        );
+        write(dir.path(), "src/lib.rs", &text);
+        assert_eq!(
+            long_functions(dir.path(), "src", 8).unwrap(),
+            vec![
+                "src/lib.rs:10: `long` is 12 lines (over 8) with no comment saying why".to_string()
+            ]
+        );
+        assert!(long_functions(dir.path(), "src", 12).unwrap().is_empty());
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The repository kept tidy: every Rust file says what it is, ARCHITECTURE.md's code map names
-//! every source file and nothing else, and `node/src`'s modules import only downwards through
-//! the layers ARCHITECTURE.md writes down. Each failure names the file and what to change.
+//! every source file and nothing else, `node/src`'s modules import only downwards through the
+//! layers ARCHITECTURE.md writes down, the node's and the store's rules stay in short functions,
+//! and the client library compiles none of the tools' dependencies. Each failure names the file
+//! and what to change.
 
 use std::path::{Path, PathBuf};
 
 use chainstore_tidy::{
-    code_map_problems, layering_problems, missing_module_docs, module_imports, normal_dependencies,
-    parse_layers, workspace_members,
+    code_map_problems, layering_problems, long_functions, missing_module_docs, module_imports,
+    normal_dependencies, parse_layers, workspace_members,
 };
 
 fn root() -> PathBuf {
@@ -73,6 +75,16 @@ fn the_client_library_compiles_none_of_the_tools_dependencies() {
         assert!(
             deps.contains("chainstore-model") && deps.contains("reqwest"),
             "{deps:?}"
+        );
+    }
+}
+
+#[test]
+fn no_function_of_the_node_or_the_store_is_long_without_saying_why() {
+    for dir in ["node/src", "raft-store/src"] {
+        assert_none(
+            "functions over 80 lines",
+            long_functions(&root(), dir, 80).unwrap(),
         );
     }
 }

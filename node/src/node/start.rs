@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
 use openraft::Raft;
-use raft_store::raft::{LogStore, SnapshotDir, StateMachine};
+use raft_store::raft::{LogStore, NodeId, SnapshotDir, StateMachine};
 use raft_store::{ChainStore, Engine, StoreConfig};
 
 use super::{Node, ENTRIES_IN_FLIGHT, ENTRY_EFFECTS_MAX};
@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::network::{Network, PeerCredentials};
 use crate::proposer::{EntryLimits, Proposer};
 use crate::raft_stream;
+use crate::raft_types::NodeRaft;
 use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
 
@@ -27,18 +28,7 @@ impl Node {
         engine: Arc<dyn Engine>,
         transport: Arc<dyn Transport>,
     ) -> Result<Arc<Node>, StartError> {
-        let store_config = StoreConfig {
-            payload_bytes_max: config.limits.payload_bytes_max,
-            populate_batch_events_max: config.limits.populate_batch_events_max,
-            populate_events_max: config.limits.populate_events_max,
-            // An entry must fit in the append RPC a peer accepts, with room for the envelope.
-            populate_batch_bytes_max: StoreConfig::default()
-                .populate_batch_bytes_max
-                .min(config.limits.raft_body_bytes_max / 4),
-            // The Raft log is the durable record; applies are synced before a purge.
-            sync_writes: false,
-            ..StoreConfig::default()
-        };
+        let store_config = store_config(&config);
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(StorageHealth::default());
         let engine = Arc::new(WatchedEngine::new(
@@ -86,22 +76,11 @@ impl Node {
                 write_timeout: config.limits.write_timeout,
             },
         );
-        // A storage failure stops Raft: this node no longer votes, appends or acknowledges.
-        let stopping = raft.clone();
-        let watching = Arc::clone(&health);
-        let id = config.id;
-        tokio::spawn(async move {
-            let failure = watching.failed().await;
-            tracing::error!(
-                node = id,
-                %failure,
-                "storage failed: Raft stops on this node (no votes, no appends, no answers) until \
-                 it is restarted on a sound disk"
-            );
-            if let Err(err) = stopping.shutdown().await {
-                tracing::warn!(%err, "raft shutdown after a storage failure reported an error");
-            }
-        });
+        tokio::spawn(stop_on_storage_failure(
+            raft.clone(),
+            Arc::clone(&health),
+            config.id,
+        ));
         Ok(Arc::new(Node {
             config,
             raft,
@@ -119,5 +98,36 @@ impl Node {
             proposer,
             raft_streams: Arc::new(tokio::sync::Semaphore::new(raft_stream::STREAMS_MAX)),
         }))
+    }
+}
+
+/// The chain store's configuration on a node: the node's limits, an entry that fits in the
+/// append RPC a peer accepts, and applies left unsynced (the Raft log is the durable record).
+fn store_config(config: &NodeConfig) -> StoreConfig {
+    StoreConfig {
+        payload_bytes_max: config.limits.payload_bytes_max,
+        populate_batch_events_max: config.limits.populate_batch_events_max,
+        populate_events_max: config.limits.populate_events_max,
+        // An entry must fit in the append RPC a peer accepts, with room for the envelope.
+        populate_batch_bytes_max: StoreConfig::default()
+            .populate_batch_bytes_max
+            .min(config.limits.raft_body_bytes_max / 4),
+        // The Raft log is the durable record; applies are synced before a purge.
+        sync_writes: false,
+        ..StoreConfig::default()
+    }
+}
+
+/// A storage failure stops Raft: this node no longer votes, appends or acknowledges.
+async fn stop_on_storage_failure(stopping: NodeRaft, watching: Arc<StorageHealth>, id: NodeId) {
+    let failure = watching.failed().await;
+    tracing::error!(
+        node = id,
+        %failure,
+        "storage failed: Raft stops on this node (no votes, no appends, no answers) until \
+         it is restarted on a sound disk"
+    );
+    if let Err(err) = stopping.shutdown().await {
+        tracing::warn!(%err, "raft shutdown after a storage failure reported an error");
     }
 }

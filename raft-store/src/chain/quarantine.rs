@@ -97,18 +97,7 @@ impl<E: Engine> ChainStore<E> {
         reason: &str,
         at_ms: u64,
     ) -> Result<RebuildPlan, RebuildError> {
-        if reason.len() > REASON_BYTES_MAX {
-            return Err(RebuildError::TooLarge(Oversize {
-                what: Limit::ReasonBytes,
-                size: Some(reason.len() as u64),
-                limit: REASON_BYTES_MAX as u64,
-            }));
-        }
-        if reason.trim().is_empty() {
-            return Err(RebuildError::InvalidInput(
-                "a rebuild needs a reason: it is kept in the quarantine record".into(),
-            ));
-        }
+        check_reason(reason)?;
         self.check_log_events(log).map_err(from_populate)?;
         let ordered = if log.is_empty() {
             Vec::new()
@@ -117,45 +106,11 @@ impl<E: Engine> ChainStore<E> {
         };
         let log_len = ordered.len() as u64;
 
-        // The partition's events are bounded before they are read whole.
-        let (start, end) = keys::event_range(exec);
-        let mut stored_bytes = 0usize;
-        scan_in_steps(&*self.engine.view(), &start, &end, 1024, |piece| {
-            stored_bytes += piece.iter().map(|(_, v)| v.len()).sum::<usize>();
-            Ok(stored_bytes <= QUARANTINE_BYTES_MAX)
-        })?;
-        if stored_bytes > QUARANTINE_BYTES_MAX {
-            return Err(RebuildError::TooLarge(Oversize {
-                what: Limit::QuarantineBytes,
-                size: None,
-                limit: QUARANTINE_BYTES_MAX as u64,
-            }));
-        }
+        self.check_quarantine_size(exec)?;
         let part = self.read_partition(exec)?;
         let stored_len = part.head.as_ref().map_or(0, |h| h.exec_seq);
 
-        let mut diagnosis = None;
-        for stored in &part.events {
-            let position = stored.exec_seq - 1;
-            match usize::try_from(position).ok().and_then(|p| ordered.get(p)) {
-                Some(logged) if write::same_as_logged(stored, logged) => {}
-                Some(logged) => {
-                    diagnosis = Some(format!(
-                        "diverged at position {position}: the store holds {}, the log {}",
-                        stored.event_id, logged.event_id
-                    ));
-                    break;
-                }
-                None => {
-                    diagnosis = Some(format!(
-                        "the store holds {stored_len} events, the log {log_len}: {} at position \
-                         {position} and after it are not in the log",
-                        stored.event_id
-                    ));
-                    break;
-                }
-            }
-        }
+        let diagnosis = diagnose(&part.events, &ordered, stored_len);
         let Some(diagnosis) = diagnosis else {
             return Err(RebuildError::NotDiverged {
                 stored_len,
@@ -232,6 +187,40 @@ impl<E: Engine> ChainStore<E> {
                 "a rebuild's chain must start on an empty partition".into(),
             ));
         }
+        let number = self.next_quarantine_number(exec)?;
+        let mut batch = WriteBatch::new();
+        let record =
+            self.quarantine_partition(exec, number, &rebuild.note, commit_index, &mut batch)?;
+
+        stage_new_chain(effect, commit_index, &mut batch)?;
+        let applied = Applied {
+            applied: effect.events.len() as u64,
+            duplicates: 0,
+        };
+        Ok((batch, record, applied))
+    }
+
+    /// Refuses a rebuild of a partition whose events are over what one quarantine record
+    /// holds; the events are bounded before they are read whole.
+    fn check_quarantine_size(&self, exec: &ExecutionId) -> Result<(), RebuildError> {
+        let (start, end) = keys::event_range(exec);
+        let mut stored_bytes = 0usize;
+        scan_in_steps(&*self.engine.view(), &start, &end, 1024, |piece| {
+            stored_bytes += piece.iter().map(|(_, v)| v.len()).sum::<usize>();
+            Ok(stored_bytes <= QUARANTINE_BYTES_MAX)
+        })?;
+        if stored_bytes > QUARANTINE_BYTES_MAX {
+            return Err(RebuildError::TooLarge(Oversize {
+                what: Limit::QuarantineBytes,
+                size: None,
+                limit: QUARANTINE_BYTES_MAX as u64,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The number of the execution's next quarantine record (1 for its first).
+    fn next_quarantine_number(&self, exec: &ExecutionId) -> Result<u64, StorageError> {
         let (records_start, records_end) = keys::quarantine_records(exec);
         let last = self
             .engine
@@ -242,15 +231,26 @@ impl<E: Engine> ChainStore<E> {
                     .ok_or_else(|| StorageError::Corrupted("malformed quarantine key".into()))
             })
             .transpose()?;
-        let number = last.unwrap_or(0).saturating_add(1);
+        Ok(last.unwrap_or(0).saturating_add(1))
+    }
 
-        let mut batch = WriteBatch::new();
+    /// Stages the move of the partition under quarantine record `number`: its events copied
+    /// under the record, the record (head, watermark, coverage, count, the note) written, the
+    /// partition, its id index and its session removed.
+    fn quarantine_partition(
+        &self,
+        exec: &ExecutionId,
+        number: u64,
+        note: &QuarantineNote,
+        commit_index: u64,
+        batch: &mut WriteBatch,
+    ) -> Result<QuarantineRecord, ApplyError> {
         let mut record = QuarantineRecord {
             number,
-            quarantined_at_ms: rebuild.note.at_ms,
+            quarantined_at_ms: note.at_ms,
             commit_index,
-            reason: rebuild.note.reason.clone(),
-            diagnosis: rebuild.note.diagnosis.clone(),
+            reason: note.reason.clone(),
+            diagnosis: note.diagnosis.clone(),
             head: None,
             watermark: None,
             coverage: None,
@@ -290,66 +290,113 @@ impl<E: Engine> ChainStore<E> {
         let (start, end) = keys::id_index_range(exec);
         batch.delete_range(start, end);
         batch.delete(keys::session(exec));
-
-        // The new chain on the emptied partition: sequences from 1, in order, each id once.
-        let mut ids = std::collections::BTreeSet::new();
-        for (event, expected_seq) in effect.events.iter().zip(1u64..) {
-            if event.execution_id != *exec
-                || event.exec_seq != expected_seq
-                || !ids.insert(&event.event_id)
-            {
-                return Err(ApplyError::Malformed(format!(
-                    "a rebuild's chain must hold this execution's events at sequences 1.. in \
-                     order, each id once; event {} at seq {} is not",
-                    event.event_id, event.exec_seq
-                )));
-            }
-            let stored = ChainEvent {
-                commit_index,
-                ..event.clone()
-            };
-            let payload = codec::payload_bytes(&stored.payload);
-            batch.put(
-                keys::event(exec, event.exec_seq),
-                codec::encode_event(&stored, &payload),
-            );
-            batch.put(
-                keys::id_index(exec, &event.event_id),
-                codec::encode_seq(event.exec_seq),
-            );
-            batch.put(
-                keys::feed(commit_index, exec, event.exec_seq),
-                event.event_id.as_bytes(),
-            );
-        }
-        if let Some(last) = effect.events.last() {
-            let head = Head {
-                exec_seq: last.exec_seq,
-                event_id: last.event_id.clone(),
-            };
-            batch.put(keys::head(exec), codec::encode_head(&head));
-        }
-        if let Some(watermark) = &effect.watermark {
-            batch.put(keys::watermark(exec), codec::encode_watermark(watermark));
-        }
-        match &effect.coverage {
-            CoverageChange::Raise(coverage) => {
-                batch.put(keys::coverage(exec), codec::encode_coverage(coverage))
-            }
-            CoverageChange::Keep | CoverageChange::Drop => {}
-        }
-        if effect.session != SessionChange::Keep {
-            return Err(ApplyError::Malformed(
-                "a rebuild removes the session; it cannot set one".into(),
-            ));
-        }
-        let applied = Applied {
-            applied: effect.events.len() as u64,
-            duplicates: 0,
-        };
-        Ok((batch, record, applied))
+        Ok(record)
     }
+}
 
+/// A rebuild's reason: kept in the quarantine record, so it must say something and fit.
+fn check_reason(reason: &str) -> Result<(), RebuildError> {
+    if reason.len() > REASON_BYTES_MAX {
+        return Err(RebuildError::TooLarge(Oversize {
+            what: Limit::ReasonBytes,
+            size: Some(reason.len() as u64),
+            limit: REASON_BYTES_MAX as u64,
+        }));
+    }
+    if reason.trim().is_empty() {
+        return Err(RebuildError::InvalidInput(
+            "a rebuild needs a reason: it is kept in the quarantine record".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Why the stored chain needs a rebuild: the first position where it and the log (`ordered`)
+/// disagree, or the first stored event past the log's end; `None` when the stored chain is the
+/// log's beginning (a populate completes it).
+fn diagnose(stored: &[ChainEvent], ordered: &[&LogEvent], stored_len: u64) -> Option<String> {
+    let log_len = ordered.len();
+    stored.iter().find_map(|stored| {
+        let position = stored.exec_seq - 1;
+        match usize::try_from(position).ok().and_then(|p| ordered.get(p)) {
+            Some(logged) if write::same_as_logged(stored, logged) => None,
+            Some(logged) => Some(format!(
+                "diverged at position {position}: the store holds {}, the log {}",
+                stored.event_id, logged.event_id
+            )),
+            None => Some(format!(
+                "the store holds {stored_len} events, the log {log_len}: {} at position \
+                 {position} and after it are not in the log",
+                stored.event_id
+            )),
+        }
+    })
+}
+
+/// Stages a rebuild's new chain on the emptied partition: its events at sequences from 1, in
+/// order, each id once, then its head, watermark and coverage. A rebuild sets no session.
+fn stage_new_chain(
+    effect: &Effect,
+    commit_index: u64,
+    batch: &mut WriteBatch,
+) -> Result<(), ApplyError> {
+    let exec = &effect.execution_id;
+    // The new chain on the emptied partition: sequences from 1, in order, each id once.
+    let mut ids = std::collections::BTreeSet::new();
+    for (event, expected_seq) in effect.events.iter().zip(1u64..) {
+        if event.execution_id != *exec
+            || event.exec_seq != expected_seq
+            || !ids.insert(&event.event_id)
+        {
+            return Err(ApplyError::Malformed(format!(
+                "a rebuild's chain must hold this execution's events at sequences 1.. in \
+                 order, each id once; event {} at seq {} is not",
+                event.event_id, event.exec_seq
+            )));
+        }
+        let stored = ChainEvent {
+            commit_index,
+            ..event.clone()
+        };
+        let payload = codec::payload_bytes(&stored.payload);
+        batch.put(
+            keys::event(exec, event.exec_seq),
+            codec::encode_event(&stored, &payload),
+        );
+        batch.put(
+            keys::id_index(exec, &event.event_id),
+            codec::encode_seq(event.exec_seq),
+        );
+        batch.put(
+            keys::feed(commit_index, exec, event.exec_seq),
+            event.event_id.as_bytes(),
+        );
+    }
+    if let Some(last) = effect.events.last() {
+        let head = Head {
+            exec_seq: last.exec_seq,
+            event_id: last.event_id.clone(),
+        };
+        batch.put(keys::head(exec), codec::encode_head(&head));
+    }
+    if let Some(watermark) = &effect.watermark {
+        batch.put(keys::watermark(exec), codec::encode_watermark(watermark));
+    }
+    match &effect.coverage {
+        CoverageChange::Raise(coverage) => {
+            batch.put(keys::coverage(exec), codec::encode_coverage(coverage))
+        }
+        CoverageChange::Keep | CoverageChange::Drop => {}
+    }
+    if effect.session != SessionChange::Keep {
+        return Err(ApplyError::Malformed(
+            "a rebuild removes the session; it cannot set one".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl<E: Engine> ChainStore<E> {
     /// Rebuilds `exec` from `log` (the library's entry point: evaluation and application under
     /// one lock). Returns the quarantine record and the chain's length.
     pub fn rebuild(
