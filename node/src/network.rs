@@ -261,17 +261,9 @@ impl PeerClient {
             self.open_stream_in_background();
             return None;
         };
-        let framed = match raft_stream::frame(body) {
-            Ok(framed) => framed,
-            Err(err) => {
-                return Some(Err(ExchangeError::Transport(TransportError::Failed(
-                    err.to_string(),
-                ))))
-            }
-        };
         let ttl = option.hard_ttl();
         let exchanged =
-            tokio::time::timeout(ttl, stream.exchange(&framed, STREAM_ANSWER_BYTES_MAX)).await;
+            tokio::time::timeout(ttl, stream.exchange(Bytes::copy_from_slice(body))).await;
         match exchanged {
             Ok(Ok(answer)) => Some(Ok(answer)),
             Ok(Err(err)) => {
@@ -318,7 +310,7 @@ impl PeerClient {
             };
             match upgraded {
                 Ok(io) => {
-                    let _ = opened.send(ClientStream::new(io));
+                    let _ = opened.send(ClientStream::new(io, STREAM_ANSWER_BYTES_MAX));
                 }
                 Err(err) => tracing::debug!(peer = target, %err, "no append stream opened"),
             }

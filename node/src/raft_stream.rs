@@ -9,7 +9,7 @@
 //! `101`, each RPC is one frame each way, written and read by the leader's replication task
 //! itself.
 //!
-//! A frame is `length u32 BE ++ bytes`: from the leader, an append request in its binary
+//! A frame is `length u32 BE ++ bytes` (tokio-util's `LengthDelimitedCodec`): from the leader, an append request in its binary
 //! framing (`raft_store::raft::rpc_codec`); from the follower, the JSON of its answer (the
 //! same body `/raft/append` answers with). The follower answers frames in order, one at a time.
 //! A frame longer than the Raft RPC body limit, one that does not decode, or silence longer
@@ -21,12 +21,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
 use openraft::raft::AppendEntriesRequest;
 use raft_store::raft::rpc_codec::decode_append_request;
 use raft_store::raft::TypeConfig;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::codec::{Framed, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::metrics::Metrics;
 use crate::raft_types::{LastHeard, NodeRaft};
@@ -48,54 +50,66 @@ pub const OPEN_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long opening a stream (connection, TLS, upgrade) may take.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why a frame could not be read.
+/// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("the connection closed")]
     Closed,
-    #[error("a frame of {len} bytes exceeds the limit of {max}")]
-    TooLong { len: usize, max: usize },
+    #[error("a frame exceeds the limit of {max} bytes")]
+    TooLong { max: usize },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
-/// `payload` framed: its length, then itself, in one buffer (one write, one segment).
-pub fn frame(payload: &[u8]) -> Result<Vec<u8>, FrameError> {
-    let len = u32::try_from(payload.len()).map_err(|_| FrameError::TooLong {
-        len: payload.len(),
-        max: u32::MAX as usize,
-    })?;
-    let mut framed = Vec::with_capacity(4 + payload.len());
-    framed.extend_from_slice(&len.to_be_bytes());
-    framed.extend_from_slice(payload);
-    Ok(framed)
+impl FrameError {
+    /// The codec's error, with a length over the limit told apart.
+    fn of(err: std::io::Error, max: usize) -> Self {
+        if err
+            .get_ref()
+            .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>())
+        {
+            FrameError::TooLong { max }
+        } else {
+            FrameError::Io(err)
+        }
+    }
 }
 
-/// Reads one frame of at most `max` bytes. A length beyond `max` is refused before any of the
-/// frame's bytes are read or allocated.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    io: &mut R,
-    max: usize,
-) -> Result<Vec<u8>, FrameError> {
-    let mut len = [0u8; 4];
-    match io.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = u32::from_be_bytes(len) as usize;
-    if len > max {
-        return Err(FrameError::TooLong { len, max });
-    }
-    let mut payload = vec![0u8; len];
-    io.read_exact(&mut payload).await?;
-    Ok(payload)
+/// `io` framed as the stream frames: a `u32` big-endian length, then that many bytes, at most
+/// `max` of them. A length beyond `max` is refused before any of the frame's bytes are read or
+/// allocated.
+pub fn framed<S: AsyncRead + AsyncWrite>(io: S, max: usize) -> Framed<S, LengthDelimitedCodec> {
+    let codec = LengthDelimitedCodec::builder()
+        .length_field_type::<u32>()
+        .big_endian()
+        .max_frame_length(max)
+        .new_codec();
+    Framed::new(io, codec)
 }
 
-/// Writes `framed` (see [`frame`]) and flushes it.
-pub async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, framed: &[u8]) -> std::io::Result<()> {
-    io.write_all(framed).await?;
-    io.flush().await
+/// Reads one frame; `Closed` when the peer closed the stream between frames.
+pub async fn read_frame<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Framed<S, LengthDelimitedCodec>,
+) -> Result<BytesMut, FrameError> {
+    let max = io.codec().max_frame_length();
+    match io.next().await {
+        None => Err(FrameError::Closed),
+        Some(Ok(payload)) => Ok(payload),
+        Some(Err(err)) => Err(FrameError::of(err, max)),
+    }
+}
+
+/// Writes one frame holding `payload` and flushes it (one write of the length and the bytes).
+pub async fn write_frame<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut Framed<S, LengthDelimitedCodec>,
+    payload: Bytes,
+) -> Result<(), FrameError> {
+    // The codec refuses to write a frame over the limit; the limit is for reading.
+    let max = io.codec().max_frame_length();
+    io.codec_mut().set_max_frame_length(usize::MAX);
+    let sent = io.send(payload).await;
+    io.codec_mut().set_max_frame_length(max);
+    sent.map_err(|err| FrameError::of(err, max))
 }
 
 /// What a served stream works with.
@@ -112,14 +126,14 @@ pub struct Service {
 
 /// Serves one upgraded stream until the leader closes it, it stays silent for `idle`, or a
 /// frame is refused. Holds `permit` (one of [`STREAMS_MAX`]) while it lasts.
-pub async fn serve<S>(service: Service, mut io: S, idle: Duration, permit: OwnedSemaphorePermit)
+pub async fn serve<S>(service: Service, io: S, idle: Duration, permit: OwnedSemaphorePermit)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let _permit = permit;
-    let max = service.frame_bytes_max;
+    let mut io = framed(io, service.frame_bytes_max);
     loop {
-        let payload = match tokio::time::timeout(idle, read_frame(&mut io, max)).await {
+        let payload = match tokio::time::timeout(idle, read_frame(&mut io)).await {
             Err(_) | Ok(Err(FrameError::Closed)) => return,
             Ok(Err(err)) => {
                 tracing::warn!(%err, "closed a Raft append stream");
@@ -142,43 +156,37 @@ where
         // closes the stream: the leader's next RPC opens a new one, which reaches whatever
         // serves the address now (the node restarted).
         let stopped = matches!(answer, Err(openraft::errors::RaftError::Fatal(_)));
-        let framed = match serde_json::to_vec(&answer)
-            .map_err(FrameError::from_json)
-            .and_then(|body| frame(&body))
-        {
-            Ok(framed) => framed,
+        let body = match serde_json::to_vec(&answer) {
+            Ok(body) => Bytes::from(body),
             Err(err) => {
                 tracing::warn!(%err, "closed a Raft append stream: its answer");
                 return;
             }
         };
-        match tokio::time::timeout(idle, write_frame(&mut io, &framed)).await {
+        match tokio::time::timeout(idle, write_frame(&mut io, body)).await {
             Ok(Ok(())) if !stopped => {}
             _ => return,
         }
     }
 }
 
-impl FrameError {
-    fn from_json(err: serde_json::Error) -> Self {
-        FrameError::Io(std::io::Error::other(err))
-    }
-}
-
 /// The leader's end of one stream.
 pub struct ClientStream {
-    io: chainstore_transport::UpgradedStream,
+    io: Framed<chainstore_transport::UpgradedStream, LengthDelimitedCodec>,
 }
 
 impl ClientStream {
-    pub fn new(io: chainstore_transport::UpgradedStream) -> Self {
-        Self { io }
+    /// A stream whose answers are at most `max` bytes.
+    pub fn new(io: chainstore_transport::UpgradedStream, max: usize) -> Self {
+        Self {
+            io: framed(io, max),
+        }
     }
 
-    /// Sends one framed request and reads its answer (at most `max` bytes).
-    pub async fn exchange(&mut self, framed: &[u8], max: usize) -> Result<Bytes, FrameError> {
-        write_frame(&mut self.io, framed).await?;
-        read_frame(&mut self.io, max).await.map(Bytes::from)
+    /// Sends one request and reads its answer.
+    pub async fn exchange(&mut self, request: Bytes) -> Result<Bytes, FrameError> {
+        write_frame(&mut self.io, request).await?;
+        read_frame(&mut self.io).await.map(BytesMut::freeze)
     }
 }
 
@@ -196,45 +204,54 @@ mod tests {
     #[test]
     fn frames_cross_whole_and_a_length_beyond_the_limit_is_refused_unread() {
         run(async {
-            let (mut a, mut b) = tokio::io::duplex(1 << 16);
-            write_frame(&mut a, &frame(b"hello").expect("framed"))
+            let (a, b) = tokio::io::duplex(1 << 16);
+            let (mut a, mut b) = (framed(a, 5), framed(b, 5));
+            write_frame(&mut a, Bytes::from_static(b"hello"))
                 .await
                 .expect("sent");
-            write_frame(&mut a, &frame(b"").expect("framed"))
+            write_frame(&mut a, Bytes::new()).await.expect("sent");
+            assert_eq!(&read_frame(&mut b).await.expect("read")[..], b"hello");
+            assert_eq!(&read_frame(&mut b).await.expect("read")[..], b"");
+            write_frame(&mut a, Bytes::from(vec![7u8; 6]))
+                .await
+                .expect("a sender is not held to the reader's limit");
+            let err = read_frame(&mut b).await.expect_err("too long");
+            assert!(matches!(err, FrameError::TooLong { max: 5 }), "{err}");
+
+            // The same bytes on the wire as before: the length, big-endian, then the payload.
+            let (a, mut raw) = tokio::io::duplex(1 << 16);
+            let mut a = framed(a, 16);
+            write_frame(&mut a, Bytes::from_static(b"abc"))
                 .await
                 .expect("sent");
-            assert_eq!(read_frame(&mut b, 5).await.expect("read"), b"hello");
-            assert_eq!(read_frame(&mut b, 5).await.expect("read"), b"");
-            write_frame(&mut a, &frame(&[7u8; 6]).expect("framed"))
+            let mut wire = [0u8; 7];
+            tokio::io::AsyncReadExt::read_exact(&mut raw, &mut wire)
                 .await
-                .expect("sent");
-            let err = read_frame(&mut b, 5).await.expect_err("too long");
-            assert!(
-                matches!(err, FrameError::TooLong { len: 6, max: 5 }),
-                "{err}"
-            );
+                .expect("read");
+            assert_eq!(wire, [0, 0, 0, 3, b'a', b'b', b'c']);
 
             // A length of 4 GiB is refused before anything is allocated for it.
-            let mut endless = tokio::io::repeat(0xff);
+            let (endless, _keep) = tokio::io::duplex(64);
+            let mut endless = framed(tokio::io::join(tokio::io::repeat(0xff), endless), 1 << 20);
             assert!(matches!(
-                read_frame(&mut endless, 1 << 20).await,
+                read_frame(&mut endless).await,
                 Err(FrameError::TooLong { .. })
             ));
 
             // A frame cut short is an error; a close between frames is `Closed`.
-            let (mut a, mut b) = tokio::io::duplex(1 << 16);
-            write_frame(&mut a, &[0, 0, 0, 9, 1, 2])
+            let (mut a, b) = tokio::io::duplex(1 << 16);
+            tokio::io::AsyncWriteExt::write_all(&mut a, &[0, 0, 0, 9, 1, 2])
                 .await
                 .expect("sent");
             drop(a);
             assert!(matches!(
-                read_frame(&mut b, 16).await,
+                read_frame(&mut framed(b, 16)).await,
                 Err(FrameError::Io(_))
             ));
-            let (a, mut b) = tokio::io::duplex(1 << 16);
+            let (a, b) = tokio::io::duplex(1 << 16);
             drop(a);
             assert!(matches!(
-                read_frame(&mut b, 16).await,
+                read_frame(&mut framed(b, 16)).await,
                 Err(FrameError::Closed)
             ));
         });
