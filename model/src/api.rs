@@ -759,6 +759,11 @@ impl ErrorBody {
         }
     }
 
+    /// Every code, in the order of the variants (what a counter by code creates series for).
+    pub fn codes() -> Vec<&'static str> {
+        Self::examples().iter().map(Self::code).collect()
+    }
+
     /// One error of each code, with every field set: for tests that walk the whole set.
     // The example ids are fixed and valid.
     #[allow(clippy::expect_used)]

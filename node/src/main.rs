@@ -45,7 +45,7 @@ struct Cli {
 /// Every option of a node, declared once: a flag, an environment variable and a key of the TOML
 /// file (the field's name) each. A flag that is set (`true`) or a value that is given overrides
 /// the file's.
-#[derive(Debug, Clone, Default, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Default, clap::Args, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Options {
     /// This node's id: a positive integer unique in the cluster, or a StatefulSet pod name
@@ -224,12 +224,12 @@ fn parse_node_id(text: &str) -> Result<NodeId, String> {
 }
 
 fn settings(cli: Cli) -> Result<Settings, String> {
-    let o = cli.options.layered_over_file(cli.config.as_ref())?;
-    // The tuning options are read after the others have been taken apart.
-    let tuning = o.clone();
+    // Options are taken out of `o` as they are used; the tuning ones are read at the end.
+    let mut o = cli.options.layered_over_file(cli.config.as_ref())?;
     let id = parse_node_id(o.id.as_deref().ok_or("--id is required")?)?;
     let bootstrap_voters = o
         .bootstrap_voters
+        .take()
         .map(|text| parse_voters(&text).map_err(|e| format!("--bootstrap-voters: {e}")))
         .transpose()?;
     if let Some(voters) = &bootstrap_voters {
@@ -237,18 +237,23 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             return Err(format!("--bootstrap-voters does not list this node ({id})"));
         }
     }
-    let restore_from = o.restore_from;
+    let restore_from = o.restore_from.take();
     if restore_from.is_some() && bootstrap_voters.is_none() {
         return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
     let listen = o.listen.ok_or("--listen is required")?;
-    let advertise = o.advertise.unwrap_or_else(|| listen.to_string());
-    let data_dir = o.data_dir.ok_or("--data-dir is required")?;
-    let tls = tls_files(o.tls_cert, o.tls_key, o.tls_client_ca, o.insecure_no_tls)?;
-    let secret = cluster_secret(o.cluster_secret_file)?;
+    let advertise = o.advertise.take().unwrap_or_else(|| listen.to_string());
+    let data_dir = o.data_dir.take().ok_or("--data-dir is required")?;
+    let tls = tls_files(
+        o.tls_cert.take(),
+        o.tls_key.take(),
+        o.tls_client_ca.take(),
+        o.insecure_no_tls,
+    )?;
+    let secret = cluster_secret(o.cluster_secret_file.take())?;
     let peer_auth = peer_auth(tls.is_some(), secret)?;
     let client_auth = client_auth(
-        o.client_tokens_file,
+        o.client_tokens_file.take(),
         o.insecure_no_client_auth,
         tls.is_some(),
     )?;
@@ -256,10 +261,10 @@ fn settings(cli: Cli) -> Result<Settings, String> {
     node.client_auth = client_auth;
     let tls_reload_poll = Duration::from_millis(o.tls_reload_poll_ms.unwrap_or(10_000).max(100));
     let mut rocks = RocksOptions::new(&data_dir);
-    tune(&tuning, &mut node, &mut rocks);
+    tune(&o, &mut node, &mut rocks);
     // Snapshots are files next to the database, cleared at every start.
     node.snapshot_dir = Some(data_dir.join("snapshots"));
-    let log_format = o.log_format.unwrap_or_else(|| "text".into());
+    let log_format = o.log_format.take().unwrap_or_else(|| "text".into());
     Ok(Settings {
         node,
         tls,

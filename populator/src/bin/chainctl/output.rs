@@ -91,7 +91,6 @@ impl Failure {
         let error = match self.code {
             USAGE => "usage",
             UNAVAILABLE => "unavailable",
-            CANNOT_ANSWER => "cannot_answer",
             _ => "refused",
         };
         Some(json!({ "error": error, "message": message }))

@@ -26,7 +26,6 @@ impl<E: Engine> ChainStore<E> {
 
         let part = self.read_partition(exec)?;
         let stored_len = part.head.as_ref().map_or(0, |h| h.exec_seq);
-        let revoke = |outcome: FromLog| revoke(exec, &part, outcome);
 
         if log.is_empty() {
             return Ok(empty_log(exec, &part));
@@ -34,14 +33,14 @@ impl<E: Engine> ChainStore<E> {
 
         let ordered = match order_by_links(log) {
             Ok(ordered) => ordered,
-            Err(reason) => return Ok(revoke(FromLog::Refused { reason })),
+            Err(reason) => return Ok(revoke(exec, &part, FromLog::Refused { reason })),
         };
         let log_len = ordered.len() as u64;
 
         // A content conflict wins over length: a shorter log that disagrees is a divergence,
         // not staleness.
         if let Some(diverged) = first_divergence(&part.events, &ordered) {
-            return Ok(revoke(diverged));
+            return Ok(revoke(exec, &part, diverged));
         }
         if stored_len > log_len {
             return Ok(PopulatePlan {

@@ -127,8 +127,12 @@ impl<E: Engine> ChainStore<E> {
         log: &[LogEvent],
     ) -> Result<PartPlan, PopulateError> {
         let end = self.checked_part(session, log)?;
-        let record = self.read_session(exec)?;
-        let place = place_part(record.as_ref(), session)?;
+        let stored = Stored {
+            head: self.read_head(exec)?,
+            coverage: self.read_coverage(exec)?,
+            record: self.read_session(exec)?,
+        };
+        let place = place_part(stored.record.as_ref(), session)?;
         let anchor = self.anchor_of(exec, session, place)?;
         if let Some(anchor) = &anchor {
             if log.iter().any(|e| e.event_id == *anchor) {
@@ -137,11 +141,6 @@ impl<E: Engine> ChainStore<E> {
                 )));
             }
         }
-        let stored = Stored {
-            head: self.read_head(exec)?,
-            coverage: self.read_coverage(exec)?,
-            record: record.clone(),
-        };
         let ordered = match order_segment(log, anchor.as_ref()) {
             Ok(ordered) => ordered,
             Err(reason) => return Ok(revoke(exec, &stored, FromLog::Refused { reason })),
