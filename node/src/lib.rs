@@ -45,7 +45,6 @@ pub use api::{app, route_table};
 pub use bootstrap::{bootstrap, parse_voters, Bootstrapped};
 pub use config::{Limits, NodeConfig, RaftTimings};
 pub use errors::{HandOff, Leader, StartError};
-pub use network::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
 pub use node::Node;
 pub use raft_types::{NodeMetrics, NodeRaft};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};

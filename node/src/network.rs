@@ -9,18 +9,15 @@
 //! halves it for the next ones, and appends that cross raise it again. A single entry cannot be
 //! split: it must cross within the deadline (entries are bounded by the request body limit).
 //!
-//! An append travels in its binary framing (`raft_store::raft::rpc_codec`: the entries in the
-//! log's own format). Votes, pre-votes and leadership transfers travel as JSON. A snapshot
-//! travels in chunks read from its file, each
-//! `header_len u32 BE ++ JSON header (vote, meta, offset, done) ++ raw data`, so the chunk's
-//! bytes are not inflated into a JSON array; the receiver writes them into a file of its own and
-//! installs it when the last chunk arrives.
+//! Every message is encoded by the peer wire (`raft_store::wire`): an append in its binary
+//! encoding (the entries in the log's own format), votes, pre-votes and leadership transfers as
+//! JSON, a snapshot in chunks read from its file, and every answer as JSON.
 
 use std::future::Future;
 use std::io::Read;
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -30,10 +27,9 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use raft_store::raft::rpc_codec::encode_append_request;
-use raft_store::raft::{NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use raft_store::raft::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+use raft_store::wire::snapshot::{encode_chunk, SnapshotChunk};
+use raft_store::wire::{Message, WireError, STREAM_PROTOCOL};
 
 use chainstore_model::api::headers::CLUSTER_SECRET;
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
@@ -164,8 +160,6 @@ enum ExchangeError {
     Transport(#[from] TransportError),
     #[error("peer answered HTTP {status}: {body}")]
     Status { status: u16, body: String },
-    #[error("undecodable answer: {0}")]
-    Decode(#[from] serde_json::Error),
     #[error("request could not be built: {0}")]
     Build(#[from] http::Error),
 }
@@ -199,22 +193,28 @@ impl PeerClient {
     /// Sends one RPC and decodes the peer's `Result`, classifying failures the way openraft's
     /// back-off expects: an unreachable peer, or a peer whose Raft has stopped, is
     /// `Unreachable` (retried after a back-off); everything else `Network` (retried at once).
-    async fn call<Resp: DeserializeOwned>(
+    async fn call<Resp>(
         &mut self,
         path: &str,
         body: Bytes,
         option: &RPCOption,
-    ) -> Result<Resp, RPCError<TypeConfig>> {
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Result<Resp, RaftError<TypeConfig>>: Message,
+    {
         let exchanged = self.exchange(path, body, option).await;
         self.answer(exchanged)
     }
 
     /// Decodes the peer's `Result` from an exchange's outcome, classifying failures the way
     /// [`PeerClient::call`] says.
-    fn answer<Resp: DeserializeOwned>(
+    fn answer<Resp>(
         &mut self,
         exchanged: Result<Bytes, ExchangeError>,
-    ) -> Result<Resp, RPCError<TypeConfig>> {
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Result<Resp, RaftError<TypeConfig>>: Message,
+    {
         if let Err(err) = &exchanged {
             self.log_failure(err);
         }
@@ -225,7 +225,7 @@ impl PeerClient {
             }
             Err(err) => return Err(RPCError::Network(NetworkError::new(&err))),
         };
-        let decoded: Result<Resp, RaftError<TypeConfig>> = serde_json::from_slice(&answer)
+        let decoded = Result::<Resp, RaftError<TypeConfig>>::decode(&answer)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
@@ -297,7 +297,7 @@ impl PeerClient {
                 raft_stream::PATH,
             )
             .header(http::header::CONNECTION, "upgrade")
-            .header(http::header::UPGRADE, raft_stream::PROTOCOL)
+            .header(http::header::UPGRADE, STREAM_PROTOCOL)
             .body(Bytes::new());
         let transport = Arc::clone(&self.transport);
         let target = self.target;
@@ -363,47 +363,9 @@ fn split_hint(entries: u64, bytes: usize, max: usize) -> Option<u64> {
     Some(fitting.min(entries / 2).max(1))
 }
 
-fn json<T: Serialize>(value: &T) -> Result<Bytes, RPCError<TypeConfig>> {
-    serde_json::to_vec(value)
-        .map(Bytes::from)
-        .map_err(|e| RPCError::Network(NetworkError::new(&e)))
-}
-
-/// The header of one snapshot chunk: which leader sends which snapshot, where the chunk's
-/// bytes go in the file, and whether it is the last.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotChunk {
-    /// The sending leader's vote.
-    pub vote: Vote,
-    /// What the snapshot covers.
-    pub meta: SnapshotMeta,
-    /// Where the chunk's bytes start in the snapshot.
-    pub offset: u64,
-    /// Whether this is the last chunk.
-    pub done: bool,
-}
-
-/// Frames a snapshot chunk: its JSON header, then the raw data.
-pub fn encode_snapshot_chunk(
-    header: &SnapshotChunk,
-    data: &[u8],
-) -> Result<Bytes, serde_json::Error> {
-    let header = serde_json::to_vec(header)?;
-    let mut out = BytesMut::with_capacity(4 + header.len() + data.len());
-    // A header is a few hundred bytes.
-    out.put_u32(header.len() as u32);
-    out.put_slice(&header);
-    out.put_slice(data);
-    Ok(out.freeze())
-}
-
-/// Reverses [`encode_snapshot_chunk`]; `None` for a malformed frame.
-pub fn decode_snapshot_chunk(frame: &[u8]) -> Option<(SnapshotChunk, &[u8])> {
-    let len = u32::from_be_bytes(frame.get(..4)?.try_into().ok()?) as usize;
-    let header = frame.get(4..4usize.checked_add(len)?)?;
-    let header: SnapshotChunk = serde_json::from_slice(header).ok()?;
-    Some((header, &frame[4 + len..]))
+/// `message`'s bytes for the wire.
+fn encoded<M: Message>(message: &M) -> Result<Bytes, WireError> {
+    message.encode().map(Bytes::from)
 }
 
 /// Reads until `buf` is full or the input ends; how many bytes were read.
@@ -449,7 +411,8 @@ impl PeerClient {
                 offset,
                 done,
             };
-            let body = encode_snapshot_chunk(&header, &buf[..n])
+            let body = encode_chunk(&header, &buf[..n])
+                .map(Bytes::from)
                 .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
             let answer: Option<SnapshotResponse<TypeConfig>> =
                 self.call("/raft/snapshot", body, option).await?;
@@ -477,9 +440,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
         let encode = |rpc: &AppendEntriesRequest<TypeConfig>| {
-            encode_append_request(rpc)
-                .map(Bytes::from)
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+            encoded(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))
         };
         let mut body = encode(&rpc)?;
         // Over the bound: a prefix that fits goes, and openraft hears that only it arrived.
@@ -529,7 +490,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("/raft/vote", json(&rpc)?, &option).await
+        let body = encoded(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call("/raft/vote", body, &option).await
     }
 
     async fn pre_vote(
@@ -537,7 +499,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("/raft/pre-vote", json(&rpc)?, &option).await
+        let body = encoded(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call("/raft/pre-vote", body, &option).await
     }
 
     async fn full_snapshot(
@@ -560,8 +523,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         request: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("/raft/transfer-leader", json(&request)?, &option)
-            .await
+        let body = encoded(&request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.call("/raft/transfer-leader", body, &option).await
     }
 }
 

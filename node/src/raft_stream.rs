@@ -9,9 +9,9 @@
 //! `101`, each RPC is one frame each way, written and read by the leader's replication task
 //! itself.
 //!
-//! A frame is `length u32 BE ++ bytes` (tokio-util's `LengthDelimitedCodec`): from the leader, an append request in its binary
-//! framing (`raft_store::raft::rpc_codec`); from the follower, the JSON of its answer (the
-//! same body `/raft/append` answers with). The follower answers frames in order, one at a time.
+//! The frames and what they hold are the peer wire's (`raft_store::wire`): from the leader, an
+//! append request in its binary encoding; from the follower, its answer (the same body
+//! `/raft/append` answers with). The follower answers frames in order, one at a time.
 //! A frame longer than the Raft RPC body limit, one that does not decode, or silence longer
 //! than the idle limit ends the stream (the follower closes it). Each of the leader's peer
 //! clients keeps its stream between RPCs; on any failure or missed deadline it closes the
@@ -22,19 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
 use openraft::raft::AppendEntriesRequest;
-use raft_store::raft::rpc_codec::decode_append_request;
 use raft_store::raft::TypeConfig;
+use raft_store::wire::frame::{framed, read_frame, write_frame, FrameError, Frames};
+use raft_store::wire::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::codec::{Framed, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::metrics::Metrics;
 use crate::raft_types::{LastHeard, NodeRaft};
-
-/// The protocol the upgrade names.
-pub const PROTOCOL: &str = "chainstore-raft-append/1";
 
 /// The path of the upgrade.
 pub const PATH: &str = "/raft/stream";
@@ -49,68 +45,6 @@ pub const OPEN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How long opening a stream (connection, TLS, upgrade) may take.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why a frame could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum FrameError {
-    #[error("the connection closed")]
-    Closed,
-    #[error("a frame exceeds the limit of {max} bytes")]
-    TooLong { max: usize },
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
-
-impl FrameError {
-    /// The codec's error, with a length over the limit told apart.
-    fn of(err: std::io::Error, max: usize) -> Self {
-        if err
-            .get_ref()
-            .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>())
-        {
-            FrameError::TooLong { max }
-        } else {
-            FrameError::Io(err)
-        }
-    }
-}
-
-/// `io` framed as the stream frames: a `u32` big-endian length, then that many bytes, at most
-/// `max` of them. A length beyond `max` is refused before any of the frame's bytes are read or
-/// allocated.
-pub fn framed<S: AsyncRead + AsyncWrite>(io: S, max: usize) -> Framed<S, LengthDelimitedCodec> {
-    let codec = LengthDelimitedCodec::builder()
-        .length_field_type::<u32>()
-        .big_endian()
-        .max_frame_length(max)
-        .new_codec();
-    Framed::new(io, codec)
-}
-
-/// Reads one frame; `Closed` when the peer closed the stream between frames.
-pub async fn read_frame<S: AsyncRead + AsyncWrite + Unpin>(
-    io: &mut Framed<S, LengthDelimitedCodec>,
-) -> Result<BytesMut, FrameError> {
-    let max = io.codec().max_frame_length();
-    match io.next().await {
-        None => Err(FrameError::Closed),
-        Some(Ok(payload)) => Ok(payload),
-        Some(Err(err)) => Err(FrameError::of(err, max)),
-    }
-}
-
-/// Writes one frame holding `payload` and flushes it (one write of the length and the bytes).
-pub async fn write_frame<S: AsyncRead + AsyncWrite + Unpin>(
-    io: &mut Framed<S, LengthDelimitedCodec>,
-    payload: Bytes,
-) -> Result<(), FrameError> {
-    // The codec refuses to write a frame over the limit; the limit is for reading.
-    let max = io.codec().max_frame_length();
-    io.codec_mut().set_max_frame_length(usize::MAX);
-    let sent = io.send(payload).await;
-    io.codec_mut().set_max_frame_length(max);
-    sent.map_err(|err| FrameError::of(err, max))
-}
 
 /// What a served stream works with.
 pub struct Service {
@@ -141,7 +75,7 @@ where
             }
             Ok(Ok(payload)) => payload,
         };
-        let request: AppendEntriesRequest<TypeConfig> = match decode_append_request(&payload) {
+        let request = match AppendEntriesRequest::<TypeConfig>::decode(&payload) {
             Ok(request) => request,
             Err(err) => {
                 tracing::warn!(%err, "closed a Raft append stream: a malformed request");
@@ -156,7 +90,7 @@ where
         // closes the stream: the leader's next RPC opens a new one, which reaches whatever
         // serves the address now (the node restarted).
         let stopped = matches!(answer, Err(openraft::errors::RaftError::Fatal(_)));
-        let body = match serde_json::to_vec(&answer) {
+        let body = match answer.encode() {
             Ok(body) => Bytes::from(body),
             Err(err) => {
                 tracing::warn!(%err, "closed a Raft append stream: its answer");
@@ -172,7 +106,7 @@ where
 
 /// The leader's end of one stream.
 pub struct ClientStream {
-    io: Framed<chainstore_transport::UpgradedStream, LengthDelimitedCodec>,
+    io: Frames<chainstore_transport::UpgradedStream>,
 }
 
 impl ClientStream {
@@ -187,73 +121,5 @@ impl ClientStream {
     pub async fn exchange(&mut self, request: Bytes) -> Result<Bytes, FrameError> {
         write_frame(&mut self.io, request).await?;
         read_frame(&mut self.io).await.map(BytesMut::freeze)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run<F: std::future::Future>(future: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime")
-            .block_on(future)
-    }
-
-    #[test]
-    fn frames_cross_whole_and_a_length_beyond_the_limit_is_refused_unread() {
-        run(async {
-            let (a, b) = tokio::io::duplex(1 << 16);
-            let (mut a, mut b) = (framed(a, 5), framed(b, 5));
-            write_frame(&mut a, Bytes::from_static(b"hello"))
-                .await
-                .expect("sent");
-            write_frame(&mut a, Bytes::new()).await.expect("sent");
-            assert_eq!(&read_frame(&mut b).await.expect("read")[..], b"hello");
-            assert_eq!(&read_frame(&mut b).await.expect("read")[..], b"");
-            write_frame(&mut a, Bytes::from(vec![7u8; 6]))
-                .await
-                .expect("a sender is not held to the reader's limit");
-            let err = read_frame(&mut b).await.expect_err("too long");
-            assert!(matches!(err, FrameError::TooLong { max: 5 }), "{err}");
-
-            // The same bytes on the wire as before: the length, big-endian, then the payload.
-            let (a, mut raw) = tokio::io::duplex(1 << 16);
-            let mut a = framed(a, 16);
-            write_frame(&mut a, Bytes::from_static(b"abc"))
-                .await
-                .expect("sent");
-            let mut wire = [0u8; 7];
-            tokio::io::AsyncReadExt::read_exact(&mut raw, &mut wire)
-                .await
-                .expect("read");
-            assert_eq!(wire, [0, 0, 0, 3, b'a', b'b', b'c']);
-
-            // A length of 4 GiB is refused before anything is allocated for it.
-            let (endless, _keep) = tokio::io::duplex(64);
-            let mut endless = framed(tokio::io::join(tokio::io::repeat(0xff), endless), 1 << 20);
-            assert!(matches!(
-                read_frame(&mut endless).await,
-                Err(FrameError::TooLong { .. })
-            ));
-
-            // A frame cut short is an error; a close between frames is `Closed`.
-            let (mut a, b) = tokio::io::duplex(1 << 16);
-            tokio::io::AsyncWriteExt::write_all(&mut a, &[0, 0, 0, 9, 1, 2])
-                .await
-                .expect("sent");
-            drop(a);
-            assert!(matches!(
-                read_frame(&mut framed(b, 16)).await,
-                Err(FrameError::Io(_))
-            ));
-            let (a, b) = tokio::io::duplex(1 << 16);
-            drop(a);
-            assert!(matches!(
-                read_frame(&mut framed(b, 16)).await,
-                Err(FrameError::Closed)
-            ));
-        });
     }
 }

@@ -4,11 +4,14 @@
 //! `raft-store/tests/fuzz.rs`; `scripts/fuzz.sh` runs millions.
 
 use chainstore_model::{AppendRequest, ChainEvent, LogEvent, PopulateSession};
-use chainstore_node::{decode_snapshot_chunk, encode_snapshot_chunk, SnapshotChunk};
-use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::errors::RaftError;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use raft_store::fuzz::{run_all, Target, PROPERTY_INPUTS_MIN};
-use raft_store::raft::rpc_codec::{decode_append_request, encode_append_request};
 use raft_store::raft::{log_id, SnapshotMeta, TypeConfig, Vote};
+use raft_store::wire::snapshot::{decode_chunk, encode_chunk, SnapshotChunk};
+use raft_store::wire::Message;
 use serde_json::{json, Value};
 
 fn bytes(value: &Value) -> Vec<u8> {
@@ -104,23 +107,24 @@ fn targets() -> Vec<Target> {
             },
         },
         Target {
-            name: "raft append entries (binary framing)",
+            name: "raft append entries (binary encoding)",
             inputs_min: PROPERTY_INPUTS_MIN,
             seeds: vec![
-                encode_append_request(
-                    &serde_json::from_value(append_rpc.clone()).expect("an append"),
-                )
-                .expect("encodes"),
-                encode_append_request(&AppendEntriesRequest {
+                serde_json::from_value::<AppendEntriesRequest<TypeConfig>>(append_rpc.clone())
+                    .expect("an append")
+                    .encode()
+                    .expect("encodes"),
+                AppendEntriesRequest::<TypeConfig> {
                     vote,
                     prev_log_id: None,
                     leader_commit: None,
                     entries: Vec::new(),
-                })
+                }
+                .encode()
                 .expect("encodes"),
             ],
             decode: |b| {
-                let _ = decode_append_request(b);
+                let _ = AppendEntriesRequest::<TypeConfig>::decode(b);
             },
         },
         Target {
@@ -130,17 +134,15 @@ fn targets() -> Vec<Target> {
                 &json!({"vote": Vote::new(4, 2), "last_log_id": log_id, "leadership_transfer": false}),
             )],
             decode: |b| {
-                let _ = serde_json::from_slice::<VoteRequest<TypeConfig>>(b);
+                let _ = VoteRequest::<TypeConfig>::decode(b);
             },
         },
         Target {
             name: "raft snapshot chunk frame",
             inputs_min: PROPERTY_INPUTS_MIN,
-            seeds: vec![encode_snapshot_chunk(&chunk, b"CSSNAP02 and more")
-                .expect("frame")
-                .to_vec()],
+            seeds: vec![encode_chunk(&chunk, b"CSSNAP02 and more").expect("frame")],
             decode: |b| {
-                let _ = decode_snapshot_chunk(b);
+                let _ = decode_chunk(b);
             },
         },
         Target {
@@ -155,7 +157,25 @@ fn targets() -> Vec<Target> {
                 .expect("json"),
             )],
             decode: |b| {
-                let _ = serde_json::from_slice::<TransferLeaderRequest<TypeConfig>>(b);
+                let _ = TransferLeaderRequest::<TypeConfig>::decode(b);
+            },
+        },
+        Target {
+            name: "raft answer",
+            inputs_min: PROPERTY_INPUTS_MIN,
+            seeds: vec![
+                Ok::<_, RaftError<TypeConfig>>(AppendEntriesResponse::<TypeConfig>::Success)
+                    .encode()
+                    .expect("encodes"),
+                Ok::<_, RaftError<TypeConfig>>(
+                    AppendEntriesResponse::<TypeConfig>::PartialSuccess(Some(log_id)),
+                )
+                .encode()
+                .expect("encodes"),
+            ],
+            decode: |b| {
+                let _ =
+                    Result::<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>::decode(b);
             },
         },
     ]

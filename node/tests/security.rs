@@ -17,8 +17,9 @@ use chainstore_transport::Role;
 use common::certs::{Ca, Pem};
 use common::{event, http_client, Cluster, Options, ADMIN_TOKEN};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
-use raft_store::raft::rpc_codec::encode_append_request;
 use raft_store::raft::{log_id, SnapshotMeta, TypeConfig, Vote};
+use raft_store::wire::snapshot::{encode_chunk, SnapshotChunk};
+use raft_store::wire::Message;
 use serde_json::{json, Value};
 
 const READ_TOKEN: &str = "read-token-for-the-matrix-test";
@@ -348,7 +349,7 @@ fn vote_from(from: u64, term: u64) -> Value {
     serde_json::to_value(request).expect("serializable")
 }
 
-/// An AppendEntries (a heartbeat) from `from` as leader of `term`, in its binary framing.
+/// An AppendEntries (a heartbeat) from `from` as leader of `term`, in its binary encoding.
 fn append_from(from: u64, term: u64) -> Vec<u8> {
     let request = AppendEntriesRequest::<TypeConfig> {
         vote: Vote::new_committed(term, from),
@@ -356,11 +357,11 @@ fn append_from(from: u64, term: u64) -> Vec<u8> {
         entries: Vec::new(),
         leader_commit: None,
     };
-    encode_append_request(&request).expect("encodes")
+    request.encode().expect("encodes")
 }
 
 fn snapshot_from(from: u64, term: u64) -> Vec<u8> {
-    let header = chainstore_node::SnapshotChunk {
+    let header = SnapshotChunk {
         vote: Vote::new_committed(term, from),
         meta: SnapshotMeta {
             last_log_id: Some(log_id(term, from, 1_000_000)),
@@ -369,9 +370,7 @@ fn snapshot_from(from: u64, term: u64) -> Vec<u8> {
         offset: 0,
         done: true,
     };
-    chainstore_node::encode_snapshot_chunk(&header, b"")
-        .expect("framed")
-        .to_vec()
+    encode_chunk(&header, b"").expect("framed")
 }
 
 async fn term_of(c: &Cluster, id: u64) -> u64 {

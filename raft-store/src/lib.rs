@@ -12,7 +12,9 @@
 //! - the data model (ids, events, outcomes) and the HTTP contract ([`api`]) come from
 //!   `chainstore-model` and are re-exported by name.
 //!
-//! This crate knows nothing about HTTP or the Raft network.
+//! - [`wire`]: the bytes of the Raft network: every peer message's encoding and the append
+//!   stream's framing. Connections, routes and credentials are the node's: this crate knows
+//!   nothing about HTTP.
 
 // A panic is never an answer: production code handles every failure (tests may unwrap).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +26,7 @@ pub mod engine;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod fuzz;
 pub mod raft;
+pub mod wire;
 
 pub use chain::{
     AppendPlan, Applied, ApplyError, BatchPlan, ChainStore, ChangePage, CoverageChange, Effect,

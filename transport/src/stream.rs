@@ -1,5 +1,5 @@
-//! Byte streams to a peer: one HTTP/1.1 upgrade request, then the connection belongs to the
-//! caller and carries whatever protocol the upgrade named.
+//! Byte streams to a peer: one HTTP/1.1 upgrade request (hyper's client connection), then the
+//! connection belongs to the caller and carries whatever protocol the upgrade named.
 //!
 //! The request goes through the same credentials as any other (the peer's certificate over
 //! mutual TLS, or the cluster secret's header), so the server admits it exactly as it would a
@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::TransportError;
 
@@ -20,107 +22,96 @@ impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> StreamIo for T {
 /// An upgraded connection.
 pub type UpgradedStream = Box<dyn StreamIo>;
 
-/// The longest answer head an upgrade reads.
+/// The most of the upgrade's answer read before its head must end (hyper's smallest buffer is
+/// 8 KiB).
 const ANSWER_HEAD_BYTES_MAX: usize = 16 * 1024;
 
-/// Sends `request` (no body; its headers name the upgrade) on `io` as HTTP/1.1 and reads the
-/// answer's head: `io` itself when the server switched protocols, else an error naming the
+/// Sends `request` (no body; its headers name the upgrade) on `io` as HTTP/1.1, with hyper's
+/// client connection: `io` itself once the server switched protocols, else an error naming the
 /// status it answered instead.
 pub async fn upgrade_on<S: StreamIo>(
-    mut io: S,
+    io: S,
     request: &http::Request<Bytes>,
 ) -> Result<S, TransportError> {
-    let head = request_head(request)?;
-    io.write_all(&head)
+    let request = origin_form(request)?;
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(ANSWER_HEAD_BYTES_MAX)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(io))
         .await
-        .map_err(|e| TransportError::Failed(format!("sending the upgrade request: {e}")))?;
-    io.flush()
-        .await
-        .map_err(|e| TransportError::Failed(format!("sending the upgrade request: {e}")))?;
-    let mut answer = Vec::with_capacity(256);
-    let mut buf = [0u8; 1024];
-    let end = loop {
-        if let Some(at) = find_head_end(&answer) {
-            break at;
+        .map_err(|e| upgrade_failed(&e))?;
+    // The connection is driven here, not on a task of its own: it ends once it has handed the
+    // socket over (or failed), and nothing of it outlives this call.
+    let mut connection = std::pin::pin!(connection.with_upgrades());
+    let mut answer = std::pin::pin!(sender.send_request(request));
+    let mut handed_over = false;
+    let response = tokio::select! {
+        biased;
+        answered = &mut answer => answered,
+        ended = &mut connection => {
+            ended.map_err(|e| upgrade_failed(&e))?;
+            // The answer was read before the connection ended: it is waiting.
+            handed_over = true;
+            answer.await
         }
-        if answer.len() > ANSWER_HEAD_BYTES_MAX {
-            return Err(TransportError::Failed(format!(
-                "the upgrade answer's head exceeds {ANSWER_HEAD_BYTES_MAX} bytes"
-            )));
-        }
-        let read = io
-            .read(&mut buf)
-            .await
-            .map_err(|e| TransportError::Failed(format!("reading the upgrade answer: {e}")))?;
-        if read == 0 {
-            return Err(TransportError::Failed(
-                "the peer closed the connection instead of answering the upgrade".into(),
-            ));
-        }
-        answer.extend_from_slice(&buf[..read]);
-    };
-    let status = status_of(&answer[..end])?;
-    if status != 101 {
-        return Err(TransportError::NotSwitched(status));
     }
-    if answer.len() > end {
+    .map_err(|e| upgrade_failed(&e))?;
+    let status = response.status();
+    if status != http::StatusCode::SWITCHING_PROTOCOLS {
+        return Err(TransportError::NotSwitched(status.as_u16()));
+    }
+    if !handed_over {
+        connection.await.map_err(|e| upgrade_failed(&e))?;
+    }
+    let upgraded = hyper::upgrade::on(response)
+        .await
+        .map_err(|e| upgrade_failed(&e))?;
+    let parts = upgraded.downcast::<TokioIo<S>>().map_err(|_| {
+        TransportError::Failed("the upgraded connection is not the one sent on".into())
+    })?;
+    if !parts.read_buf.is_empty() {
         // The protocols run here all begin with the client: a server speaking first is not one.
         return Err(TransportError::Failed(
             "the peer sent bytes after switching protocols before being asked".into(),
         ));
     }
-    Ok(io)
+    Ok(parts.io.into_inner())
 }
 
-/// The request's head as HTTP/1.1 bytes (`content-length: 0`: an upgrade request has no body).
-fn request_head(request: &http::Request<Bytes>) -> Result<Vec<u8>, TransportError> {
+/// `request` as hyper's client connection sends it: the path alone on the request line, the
+/// host in `host`, an empty body declared as one (`content-length: 0`).
+fn origin_form(
+    request: &http::Request<Bytes>,
+) -> Result<http::Request<Empty<Bytes>>, TransportError> {
     let uri = request.uri();
     let authority = uri
         .authority()
         .ok_or_else(|| TransportError::Failed("the URL has no host".into()))?;
     let target = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let mut head = Vec::with_capacity(256);
-    head.extend_from_slice(request.method().as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(target.as_bytes());
-    head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    head.extend_from_slice(authority.as_str().as_bytes());
-    head.extend_from_slice(b"\r\n");
+    let mut builder = http::Request::builder()
+        .method(request.method().clone())
+        .uri(target)
+        .header(http::header::HOST, authority.as_str());
     for (name, value) in request.headers() {
-        if name == http::header::HOST || name == http::header::CONTENT_LENGTH {
-            continue;
+        if name != http::header::HOST && name != http::header::CONTENT_LENGTH {
+            builder = builder.header(name, value);
         }
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
     }
-    head.extend_from_slice(b"content-length: 0\r\n\r\n");
-    Ok(head)
+    builder
+        .header(http::header::CONTENT_LENGTH, "0")
+        .body(Empty::new())
+        .map_err(|e| TransportError::Failed(format!("the upgrade request: {e}")))
 }
 
-fn find_head_end(bytes: &[u8]) -> Option<usize> {
-    bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|at| at + 4)
-}
-
-/// The status code of an HTTP/1.x answer head.
-fn status_of(head: &[u8]) -> Result<u16, TransportError> {
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let version = parts.next().unwrap_or_default();
-    let code = parts.next().unwrap_or_default();
-    if !version.starts_with(b"HTTP/1.") || code.len() != 3 {
-        return Err(TransportError::Failed(
-            "the upgrade answer is not HTTP/1.x".into(),
-        ));
-    }
-    std::str::from_utf8(code)
-        .ok()
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| TransportError::Failed("the upgrade answer has no status".into()))
+/// Why an upgrade failed, in words.
+fn upgrade_failed(err: &hyper::Error) -> TransportError {
+    let why = if err.is_incomplete_message() || err.is_closed() || err.is_canceled() {
+        "the peer closed the connection instead of answering the upgrade"
+    } else if err.is_parse() {
+        "the upgrade answer is not HTTP/1.x"
+    } else {
+        "the upgrade failed"
+    };
+    TransportError::Failed(format!("{why}: {}", crate::error_chain(err)))
 }
 
 /// Connects to `request`'s host over TCP (no Nagle delay), then TLS with `tls` when its
@@ -188,6 +179,8 @@ pub(crate) async fn connect_and_upgrade(
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
 
     fn request() -> http::Request<Bytes> {
@@ -234,7 +227,8 @@ mod tests {
                 "{text}"
             );
             assert!(text.contains("upgrade: chainstore-raft\r\n"), "{text}");
-            assert!(text.ends_with("content-length: 0\r\n\r\n"), "{text}");
+            assert!(text.contains("content-length: 0\r\n"), "{text}");
+            assert!(text.ends_with("\r\n\r\n"), "{text}");
             assert_eq!(&ping, b"ping");
         });
         for (answer, expected) in [

@@ -1,5 +1,7 @@
 //! `/raft/*`: the Raft RPC endpoints. Only cluster members reach them (`api::auth` refuses
-//! everyone else before a byte of the body is read).
+//! everyone else before a byte of the body is read). What each carries, and how it is encoded,
+//! is the peer wire's (`raft_store::wire`): these handlers read bytes, decode them there, hand
+//! the request to Raft and send its answer back encoded there.
 
 use std::sync::Arc;
 
@@ -7,15 +9,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use openraft::errors::RaftError;
-use openraft::raft::{TransferLeaderRequest, VoteRequest};
-use raft_store::raft::rpc_codec::decode_append_request;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use raft_store::raft::TypeConfig;
+use raft_store::wire::snapshot::decode_chunk;
+use raft_store::wire::{Message, STREAM_PROTOCOL};
 
 use crate::api::error::ApiError;
-use crate::api::extract::{parse_json, read_body};
-use crate::network::decode_snapshot_chunk;
+use crate::api::extract::read_body;
 use crate::node::Node;
 use crate::raft_stream;
 
@@ -27,17 +28,36 @@ async fn body_bytes(
     read_body(headers, body, node.config().limits.raft_body_bytes_max).await
 }
 
+/// The request in `bytes`, or a 400 naming `what` is malformed.
+fn decode<M: Message>(bytes: &[u8], what: &str) -> Result<M, ApiError> {
+    M::decode(bytes).map_err(|e| ApiError::invalid_input(format!("malformed {what}: {e}")))
+}
+
+/// Raft's answer, encoded for the wire (JSON).
+fn answer<M: Message>(answer: &M) -> Result<Response, ApiError> {
+    let body = answer
+        .encode()
+        .map_err(|e| ApiError::internal(format!("the answer could not be encoded: {e}")))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
+}
+
 /// `POST /raft/append` — one AppendEntries in its binary framing.
 pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request = decode_append_request(&bytes)
-            .map_err(|e| ApiError::invalid_input(format!("malformed append request: {e}")))?;
+        let request: AppendEntriesRequest<TypeConfig> = decode(&bytes, "append request")?;
         node.metrics().record_append_rpc("http");
         let from = request.vote.leader_id.node_id;
-        let answer = node.raft().append_entries(request).await;
+        let answered = node.raft().append_entries(request).await;
         node.heard_from(from);
-        Ok::<_, ApiError>(Json(answer).into_response())
+        answer(&answered)
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -46,8 +66,8 @@ pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bod
 pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: VoteRequest<TypeConfig> = parse_json(&bytes)?;
-        Ok::<_, ApiError>(Json(node.raft().vote(request).await).into_response())
+        let request: VoteRequest<TypeConfig> = decode(&bytes, "vote request")?;
+        answer(&node.raft().vote(request).await)
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -57,8 +77,8 @@ pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body)
 pub async fn pre_vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: VoteRequest<TypeConfig> = parse_json(&bytes)?;
-        Ok::<_, ApiError>(Json(node.raft().pre_vote(request).await).into_response())
+        let request: VoteRequest<TypeConfig> = decode(&bytes, "pre-vote request")?;
+        answer(&node.raft().pre_vote(request).await)
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -72,29 +92,29 @@ pub async fn transfer_leader(
 ) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let request: TransferLeaderRequest<TypeConfig> = parse_json(&bytes)?;
-        let answer = node
+        let request: TransferLeaderRequest<TypeConfig> = decode(&bytes, "transfer request")?;
+        let answered = node
             .raft()
             .handle_transfer_leader(request)
             .await
             .map_err(RaftError::<TypeConfig>::Fatal);
-        Ok::<_, ApiError>(Json(answer).into_response())
+        answer(&answered)
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `POST /raft/snapshot` — one chunk of a snapshot, framed by
-/// `network::encode_snapshot_chunk`; the last one installs it ([`Node::receive_snapshot`]).
+/// `POST /raft/snapshot` — one chunk of a snapshot (`raft_store::wire::snapshot`); the last one
+/// installs it ([`Node::receive_snapshot`]).
 pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
-        let (header, data) = decode_snapshot_chunk(&bytes)
-            .ok_or_else(|| ApiError::invalid_input("malformed snapshot chunk"))?;
-        let answer = node
+        let (header, data) = decode_chunk(&bytes)
+            .map_err(|e| ApiError::invalid_input(format!("malformed snapshot chunk: {e}")))?;
+        let answered = node
             .receive_snapshot(header, data)
             .await
             .map_err(ApiError::invalid_input)?;
-        Ok::<_, ApiError>(Json(answer.map_err(RaftError::<TypeConfig>::Fatal)).into_response())
+        answer(&answered.map_err(RaftError::<TypeConfig>::Fatal))
     };
     outcome.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -111,12 +131,12 @@ pub async fn stream(
         .get(axum::http::header::UPGRADE)
         .is_some_and(|v| {
             v.as_bytes()
-                .eq_ignore_ascii_case(raft_stream::PROTOCOL.as_bytes())
+                .eq_ignore_ascii_case(STREAM_PROTOCOL.as_bytes())
         });
     if !asked {
         return ApiError::invalid_input(format!(
             "this route upgrades the connection: send `connection: upgrade` and `upgrade: {}`",
-            raft_stream::PROTOCOL
+            STREAM_PROTOCOL
         ))
         .into_response();
     }
@@ -159,7 +179,7 @@ pub async fn stream(
     );
     headers.insert(
         axum::http::header::UPGRADE,
-        axum::http::HeaderValue::from_static(raft_stream::PROTOCOL),
+        axum::http::HeaderValue::from_static(STREAM_PROTOCOL),
     );
     answer
 }

@@ -4,9 +4,9 @@
 use openraft::errors::Fatal;
 use openraft::raft::SnapshotResponse;
 use raft_store::raft::{Snapshot, SnapshotData, TypeConfig};
+use raft_store::wire::snapshot::SnapshotChunk;
 
 use super::Node;
-use crate::network::SnapshotChunk;
 
 /// A snapshot being received from the leader, chunk by chunk.
 pub(super) struct Receiving {

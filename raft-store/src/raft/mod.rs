@@ -3,7 +3,7 @@
 //! - [`LogStore`]: the Raft log, vote and committed id under the `R/` namespace. An append is
 //!   durable (synced) before openraft is told so. Entries are stored in the log's own versioned
 //!   binary format ([`entry_codec`]), apart from the HTTP API's JSON; the append RPC carries
-//!   them in that format too ([`rpc_codec`]).
+//!   them in that format too ([`crate::wire`]).
 //! - [`StateMachine`]: applies each committed entry's [`Effect`](crate::Effect) through
 //!   `ChainStore::stage_effect`, together with the applied log id, as ONE atomic batch; builds
 //!   snapshots from one point-in-time scan of the state-machine range and installs them in one
@@ -24,7 +24,6 @@ mod backup;
 pub mod entry_codec;
 mod keys;
 mod log_store;
-pub mod rpc_codec;
 mod runtime;
 pub(crate) mod snapshot;
 mod snapshot_data;

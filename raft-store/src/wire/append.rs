@@ -1,4 +1,4 @@
-//! The append RPC's binary framing: what a leader sends a follower most often, and what carries
+//! The append RPC's binary encoding: what a leader sends a follower most often, and what carries
 //! the log's entries, in the log's own format rather than JSON of JSON.
 //!
 //! ```text
@@ -7,28 +7,24 @@
 //! log id    = 0 | 1 ++ term u64 BE ++ node id u64 BE ++ index u64 BE
 //! entry     = entry_codec's encoding, length-prefixed (u32 BE)
 //! ```
-//! A JSON request starts with `{`, which no binary format uses, so a receiver tells the two
-//! apart by the first byte. Decoding damaged, truncated or random bytes is an error naming what
-//! is wrong, never a panic; a count the rest cannot hold is refused before anything is
-//! allocated for it.
+//! The first byte names the format, so a later one can be told apart. Decoding damaged,
+//! truncated or random bytes is an error naming what is wrong, never a panic; a count the rest
+//! cannot hold is refused before anything is allocated for it.
 
 use openraft::raft::AppendEntriesRequest;
 
-use super::entry_codec::{decode_entry, encode_entry};
-use super::types::TypeConfig;
-use super::types::{log_id, LogId, Vote};
 use crate::chain::codec::{push_bytes, Reader};
+use crate::raft::entry_codec::{decode_entry, encode_entry};
+use crate::raft::{log_id, LogId, TypeConfig, Vote};
 use chainstore_model::StorageError;
 
-/// The first byte of an append request in this framing.
+/// The first byte of an append request in this encoding.
 pub const APPEND_FORMAT: u8 = 0xA1;
 /// The fewest bytes one framed entry takes (its length prefix and a blank entry).
 const ENTRY_BYTES_MIN: usize = 4 + 26;
 
-/// Frames an append request.
-pub fn encode_append_request(
-    rpc: &AppendEntriesRequest<TypeConfig>,
-) -> Result<Vec<u8>, StorageError> {
+/// Encodes an append request.
+pub fn encode_request(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, StorageError> {
     let mut out = Vec::with_capacity(64);
     out.push(APPEND_FORMAT);
     out.extend_from_slice(&rpc.vote.leader_id.term.to_be_bytes());
@@ -49,14 +45,12 @@ pub fn encode_append_request(
     Ok(out)
 }
 
-/// Reads an append request framed by [`encode_append_request`].
-pub fn decode_append_request(
-    bytes: &[u8],
-) -> Result<AppendEntriesRequest<TypeConfig>, StorageError> {
+/// Reads an append request framed by [`encode_request`].
+pub fn decode_request(bytes: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, StorageError> {
     let mut r = Reader::new(bytes, "append request");
     if r.u8()? != APPEND_FORMAT {
         return Err(StorageError::Corrupted(
-            "an append request in an unknown framing".into(),
+            "an append request in an unknown format".into(),
         ));
     }
     let term = r.u64()?;
@@ -141,9 +135,9 @@ mod tests {
         bare.leader_commit = None;
         bare.vote = Vote::new(1, 3);
         for rpc in [request(0), request(3), bare] {
-            let bytes = encode_append_request(&rpc).unwrap();
+            let bytes = encode_request(&rpc).unwrap();
             assert_eq!(bytes[0], APPEND_FORMAT);
-            let back = decode_append_request(&bytes).unwrap();
+            let back = decode_request(&bytes).unwrap();
             assert_eq!(
                 (
                     back.vote,
@@ -158,24 +152,21 @@ mod tests {
 
     #[test]
     fn every_truncation_and_a_trailing_byte_are_refused() {
-        let bytes = encode_append_request(&request(2)).unwrap();
+        let bytes = encode_request(&request(2)).unwrap();
         for cut in 0..bytes.len() {
-            assert!(
-                decode_append_request(&bytes[..cut]).is_err(),
-                "cut at {cut}"
-            );
+            assert!(decode_request(&bytes[..cut]).is_err(), "cut at {cut}");
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(decode_append_request(&longer).is_err());
+        assert!(decode_request(&longer).is_err());
     }
 
     #[test]
     fn a_count_larger_than_the_bytes_is_refused_before_allocating() {
-        let mut bytes = encode_append_request(&request(0)).unwrap();
+        let mut bytes = encode_request(&request(0)).unwrap();
         let at = bytes.len() - 4;
         bytes[at..].copy_from_slice(&u32::MAX.to_be_bytes());
-        let err = decode_append_request(&bytes).unwrap_err().to_string();
+        let err = decode_request(&bytes).unwrap_err().to_string();
         assert!(err.contains("more entries than it holds"), "{err}");
     }
 }
