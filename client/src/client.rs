@@ -359,10 +359,15 @@ impl Client {
     }
 
     /// Learns which URL is which node and who leads, from every node's `/v1/cluster`.
+    ///
+    /// Every node is asked at once and the answers taken as they come, until a leader is named
+    /// whose URL is known, every node has answered, or the others have had as long again as the
+    /// first answer took (at least the back-off base): a node that does not answer (stopped,
+    /// cut off) costs no more than that, whether a leader is named or not. With no leader
+    /// named, the first node that answered is tried first.
     async fn discover(&self) {
         use futures_util::StreamExt;
-        // Every node asked at once, the answers taken as they come: a node that does not answer
-        // (stopped, cut off) costs nothing once another has named a leader.
+        let started = tokio::time::Instant::now();
         let mut asking: futures_util::stream::FuturesUnordered<_> = (0..self.nodes.len())
             .map(|node| async move {
                 let answer = self
@@ -373,11 +378,26 @@ impl Client {
             .collect();
         let mut ids = self.shared().node_ids.clone();
         let mut leader = None;
-        while let Some((node, answer)) = asking.next().await {
+        let mut first_answered = None;
+        let mut deadline = None;
+        loop {
+            let next = match deadline {
+                None => asking.next().await,
+                Some(at) => match tokio::time::timeout_at(at, asking.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((node, answer)) = next else { break };
             if let Ok((StatusCode::OK, _, bytes)) = answer {
                 if let Ok(view) = serde_json::from_slice::<ClusterStatus>(&bytes) {
                     ids.insert(view.node_id, node);
                     leader = leader.or(view.leader_id);
+                    first_answered.get_or_insert(node);
+                    deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now()
+                            + started.elapsed().max(self.policy.backoff_base)
+                    });
                 }
             }
             if leader.is_some_and(|l| ids.contains_key(&l)) {
@@ -386,7 +406,7 @@ impl Client {
         }
         drop(asking);
         let mut state = self.shared();
-        if let Some(index) = leader.and_then(|l| ids.get(&l)) {
+        if let Some(index) = leader.and_then(|l| ids.get(&l)).or(first_answered.as_ref()) {
             state.preferred = *index;
         }
         state.node_ids = ids;
@@ -983,5 +1003,92 @@ mod tests {
         assert_eq!(lengths(&parts_of(&[], 4, 100)), [0]);
         let joined: Vec<LogEvent> = parts_of(&events, 3, 250).concat();
         assert_eq!(joined, events);
+    }
+
+    /// Node `silent` never answers (its requests end only at their deadline); node `answering`
+    /// (id 2) knows no leader and refuses writes with 503 `no_leader`. Every request is noted.
+    struct NoLeaderOneSilent {
+        sent: Mutex<Vec<(String, String)>>,
+    }
+
+    impl Transport for NoLeaderOneSilent {
+        fn send(
+            &self,
+            request: http::Request<Bytes>,
+            timeout: Duration,
+        ) -> chainstore_transport::BoxFuture<
+            '_,
+            Result<http::Response<Bytes>, chainstore_transport::TransportError>,
+        > {
+            let host = request.uri().host().unwrap().to_string();
+            let path = request.uri().path().to_string();
+            self.sent.lock().unwrap().push((host.clone(), path.clone()));
+            Box::pin(async move {
+                if host == "silent" {
+                    tokio::time::sleep(timeout).await;
+                    return Err(chainstore_transport::TransportError::Timeout(timeout));
+                }
+                let (status, body) = if path == "/v1/cluster" {
+                    let view = serde_json::json!({
+                        "node_id": 2, "state": "follower", "leader_id": null, "term": 7,
+                        "voters": [1, 2, 3], "learners": [], "nodes": {},
+                        "last_log_index": 9, "last_applied": 9, "snapshot_index": 0,
+                        "purged_index": 0
+                    });
+                    (200, serde_json::to_vec(&view).unwrap())
+                } else {
+                    let body = ErrorBody::no_leader();
+                    (body.status(), serde_json::to_vec(&body).unwrap())
+                };
+                Ok(http::Response::builder()
+                    .status(status)
+                    .body(Bytes::from(body))
+                    .unwrap())
+            })
+        }
+    }
+
+    #[test]
+    fn with_no_leader_named_a_silent_node_is_not_waited_for_and_an_answering_one_is_tried() {
+        let transport = Arc::new(NoLeaderOneSilent {
+            sent: Mutex::new(Vec::new()),
+        });
+        let client = Client::builder(["http://silent:1", "http://answering:1"])
+            .transport(Arc::clone(&transport) as Arc<dyn Transport>)
+            .retry_policy(RetryPolicy {
+                attempts_max: 1,
+                request_timeout: Duration::from_secs(600),
+                ..RetryPolicy::default()
+            })
+            .build()
+            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let execution = ExecutionId::new("x").unwrap();
+        let request = AppendRequest {
+            event_id: EventId::new("e1").unwrap(),
+            prev_event_id: None,
+            genesis: true,
+            parent_execution_id: None,
+            payload: serde_json::json!(null),
+        };
+        let answer = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(60), client.append(&execution, &request))
+                .await
+                .expect("discovery waited for the silent node")
+        });
+        assert!(
+            matches!(answer, Err(ClientError::Unavailable(_))),
+            "{answer:?}"
+        );
+        let sent = transport.sent.lock().unwrap().clone();
+        let appends: Vec<&String> = sent
+            .iter()
+            .filter(|(_, path)| path != "/v1/cluster")
+            .map(|(host, _)| host)
+            .collect();
+        assert_eq!(appends, ["answering"], "{sent:?}");
     }
 }
