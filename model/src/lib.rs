@@ -7,6 +7,8 @@
 //!   [`Completeness`]) and the error of every operation.
 //! - `order`: [`order_by_links`], a log's order decided by its links, or why it has none.
 //! - `error`: [`StorageError`], the one storage failure every operation can surface.
+//! - `shard`: [`ShardCount`] and [`ShardId`]: which of a cluster's Raft groups holds an
+//!   execution, by a hash fixed for the cluster's life.
 //! - [`api`]: the HTTP contract: every request and answer body, the error body and its codes,
 //!   read parameters, header names. The node writes these types; the client reads them.
 
@@ -18,11 +20,13 @@ pub mod api;
 mod error;
 mod ids;
 mod order;
+mod shard;
 mod types;
 
 pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
+pub use shard::{InvalidShardCount, ShardCount, ShardId, SHARDS_MAX};
 pub use types::{
     not_head_message, session_conflict_message, AppendError, AppendRequest, Appended, Authority,
     ChainEvent, ChainPage, Change, Completeness, Coverage, ExecutionState, Fork, FromLog, Guarded,

@@ -270,7 +270,9 @@ impl PeerClient {
                 tracing::debug!(peer = self.target, %err, "an append stream failed");
                 self.stream = None;
                 // The peer may have restarted since the stream last served: this RPC goes as
-                // HTTP (an AppendEntries may be repeated, which Raft allows).
+                // HTTP (an AppendEntries may be repeated, which Raft allows), and a new stream
+                // is opened now, for the next one.
+                self.open_stream_in_background();
                 None
             }
             Err(_) => {
