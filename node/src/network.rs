@@ -29,7 +29,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use raft_store::raft::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use raft_store::wire::snapshot::{encode_chunk, SnapshotChunk};
-use raft_store::wire::{Message, WireError, STREAM_PROTOCOL};
+use raft_store::wire::{Message, STREAM_PROTOCOL};
 
 use chainstore_model::api::headers::CLUSTER_SECRET;
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
@@ -366,8 +366,11 @@ fn split_hint(entries: u64, bytes: usize, max: usize) -> Option<u64> {
 }
 
 /// `message`'s bytes for the wire.
-fn encoded<M: Message>(message: &M) -> Result<Bytes, WireError> {
-    message.encode().map(Bytes::from)
+fn encoded<M: Message>(message: &M) -> Result<Bytes, RPCError<TypeConfig>> {
+    message
+        .encode()
+        .map(Bytes::from)
+        .map_err(|e| RPCError::Network(NetworkError::new(&e)))
 }
 
 /// Reads until `buf` is full or the input ends; how many bytes were read.
@@ -441,10 +444,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
-        let encode = |rpc: &AppendEntriesRequest<TypeConfig>| {
-            encoded(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))
-        };
-        let mut body = encode(&rpc)?;
+        let mut body = encoded(&rpc)?;
         // Over the bound: a prefix that fits goes, and openraft hears that only it arrived.
         while body.len() > self.append_bytes {
             let Some(keep) = split_hint(rpc.entries.len() as u64, body.len(), self.append_bytes)
@@ -452,7 +452,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 break;
             };
             rpc.entries.truncate(keep as usize);
-            body = encode(&rpc)?;
+            body = encoded(&rpc)?;
         }
         let sent_last = rpc.entries.last().map(|e| e.log_id);
         let large = body.len() >= SPLIT_ON_FAILURE_BYTES && rpc.entries.len() > 1;
@@ -492,7 +492,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let body = encoded(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encoded(&rpc)?;
         self.call("/raft/vote", body, &option).await
     }
 
@@ -501,7 +501,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let body = encoded(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encoded(&rpc)?;
         self.call("/raft/pre-vote", body, &option).await
     }
 
@@ -525,7 +525,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         request: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let body = encoded(&request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encoded(&request)?;
         self.call("/raft/transfer-leader", body, &option).await
     }
 }
