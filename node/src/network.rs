@@ -277,6 +277,7 @@ impl PeerClient {
             }
             Err(_) => {
                 self.stream = None;
+                self.open_stream_in_background();
                 Some(Err(ExchangeError::Transport(TransportError::Timeout(ttl))))
             }
         }

@@ -101,9 +101,14 @@ async fn a_leader_whose_fsync_fails_stops_before_it_acknowledges() {
     assert_eq!(status, 200, "{body}");
 
     // The leader's next sync fails having written nothing durable, and forgets the write (as
-    // Linux may drop dirty pages after a failed fsync).
+    // Linux may drop dirty pages after a failed fsync). The leader sends its entries to the
+    // followers before its own sync, and two followers' syncs are a majority of their own: one
+    // follower's disk is held, so only the leader's copy could complete the majority.
+    let held = (1..=3).find(|id| *id != leader).expect("a follower");
+    c.engines[&held].hold_syncs();
     c.engines[&leader].fail_sync_after_losing(1, 0);
     let (status, body) = c.append(leader, "y", "b", Some("a")).await;
+    c.engines[&held].release_syncs();
     assert_ne!(
         status, 200,
         "an append was acknowledged by a leader whose log write failed: {body}"
