@@ -5,8 +5,10 @@
 //! tested at the end.
 
 use chainstore_model::StorageError;
+use std::sync::Arc;
+
 use raft_store::engine::{
-    Engine, KeyValue, MemEngine, RocksEngine, RocksOptions, ScanOrder, WriteBatch,
+    Engine, GroupEngine, KeyValue, MemEngine, RocksEngine, RocksOptions, ScanOrder, WriteBatch,
 };
 
 /// An engine under test that can be restarted: RocksDB is closed and reopened from its
@@ -50,6 +52,72 @@ impl Harness for Mem {
     }
     fn restart(&mut self) {
         self.0.crash();
+    }
+}
+
+/// One group's keyspace ([`GroupEngine`], group 3) in a RocksDB shared with its neighbours:
+/// group 0 (the unprefixed layout) and groups 2 and 4 hold keys of their own, which the suite
+/// run in group 3 must leave exactly as they were (checked when the harness is dropped).
+struct Group {
+    dir: tempfile::TempDir,
+    shared: Option<Arc<RocksEngine>>,
+    group: Option<GroupEngine<RocksEngine>>,
+}
+
+const NEIGHBOURS: [u32; 3] = [0, 2, 4];
+const NEIGHBOUR_KEYS: [&[u8]; 4] = [b"\0", b"a", b"m05", b"x\xff"];
+
+impl Group {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let shared = Arc::new(RocksEngine::open(&RocksOptions::new(dir.path())).expect("open"));
+        for neighbour in NEIGHBOURS {
+            let engine = GroupEngine::new(Arc::clone(&shared), neighbour);
+            let pairs: Vec<(&[u8], &[u8])> = NEIGHBOUR_KEYS.iter().map(|k| (*k, *k)).collect();
+            put(&engine, &pairs);
+            engine.sync().expect("sync");
+        }
+        let group = GroupEngine::new(Arc::clone(&shared), 3);
+        Self {
+            dir,
+            shared: Some(shared),
+            group: Some(group),
+        }
+    }
+}
+
+impl Harness for Group {
+    fn engine(&self) -> &dyn Engine {
+        self.group.as_ref().expect("engine is open")
+    }
+    fn restart(&mut self) {
+        self.group = None;
+        self.shared = None;
+        let shared =
+            Arc::new(RocksEngine::open(&RocksOptions::new(self.dir.path())).expect("reopen"));
+        self.group = Some(GroupEngine::new(Arc::clone(&shared), 3));
+        self.shared = Some(shared);
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let shared = self.shared.as_ref().expect("engine is open");
+        for neighbour in NEIGHBOURS {
+            let engine = GroupEngine::new(Arc::clone(shared), neighbour);
+            let expected: Vec<KeyValue> = NEIGHBOUR_KEYS
+                .iter()
+                .map(|k| (k.to_vec(), k.to_vec()))
+                .collect();
+            assert_eq!(
+                all(&engine),
+                expected,
+                "group {neighbour} was changed by group 3's operations"
+            );
+        }
     }
 }
 
@@ -375,6 +443,7 @@ macro_rules! conformance {
 
 conformance!(rocks, Rocks::new());
 conformance!(memory, Mem(MemEngine::new()));
+conformance!(group, Group::new());
 
 // The in-memory engine's fault model.
 

@@ -8,12 +8,15 @@
 //! (`tests/engine_conformance.rs`): [`RocksEngine`] for production and [`MemEngine`] for tests and
 //! simulations, which can lose unsynced writes and fail chosen writes. [`CountingEngine`] wraps
 //! either and counts operations, which is how the cost rules of SPEC §3 are tested.
+//! [`GroupEngine`] is one Raft group's keyspace in an engine that all of a node's groups share.
 
 mod counting;
+mod group;
 mod memory;
 mod rocks;
 
 pub use counting::{CountingEngine, OpCounts};
+pub use group::GroupEngine;
 pub use memory::MemEngine;
 pub use rocks::{RocksEngine, RocksOptions};
 

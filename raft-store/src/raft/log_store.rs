@@ -43,6 +43,49 @@ pub enum LogFlush {
 /// Appends waiting for the fsync that makes them durable.
 type FlushQueue = mpsc::UnboundedSender<IOFlushed<TypeConfig>>;
 
+/// A flush path: where log stores hand the appends they wrote, to be told once an fsync made
+/// them durable. ONE per engine: the log stores of every Raft group in a shared engine
+/// ([`crate::engine::GroupEngine`]) take clones of it, so appends of several groups that wait at
+/// once share one fsync (group commit across groups). Cheap to clone; the flusher ends with its
+/// last clone.
+#[derive(Clone)]
+pub struct LogFlusher {
+    /// `None`: each append syncs inline.
+    queue: Option<FlushQueue>,
+}
+
+impl LogFlusher {
+    /// A flush path over `engine` as `flush` says: a blocking thread or a task is started on the
+    /// current runtime for [`LogFlush::Thread`] and [`LogFlush::Task`].
+    pub fn start<E: Engine + ?Sized>(engine: Arc<E>, flush: LogFlush) -> Self {
+        let queue = match flush {
+            LogFlush::Inline => None,
+            LogFlush::Thread => {
+                let (queue, mut waiting) = mpsc::unbounded_channel();
+                // A thread of the runtime's blocking pool rather than one of its own: the
+                // runtime's shutdown drops every task holding a clone (so the loop ends) and
+                // waits for it, so no fsync is still running while the process exits.
+                tokio::task::spawn_blocking(move || {
+                    while let Some(first) = waiting.blocking_recv() {
+                        flush_queued(&*engine, first, &mut waiting);
+                    }
+                });
+                Some(queue)
+            }
+            LogFlush::Task => {
+                let (queue, mut waiting) = mpsc::unbounded_channel();
+                tokio::spawn(async move {
+                    while let Some(first) = waiting.recv().await {
+                        flush_queued(&*engine, first, &mut waiting);
+                    }
+                });
+                Some(queue)
+            }
+        };
+        Self { queue }
+    }
+}
+
 /// The Raft log, vote and committed id, stored in the engine under `R/`. Cheap to clone: the
 /// clone is the log reader.
 pub struct LogStore<E: ?Sized> {
@@ -70,37 +113,20 @@ impl<E: Engine + ?Sized> LogStore<E> {
         }
     }
 
-    /// A log store whose appends are made durable as `flush` says (a blocking thread or a task
-    /// is started on the current runtime for [`LogFlush::Thread`] and [`LogFlush::Task`]; it
-    /// ends with the last clone).
+    /// A log store whose appends are made durable as `flush` says, on a flush path of its own
+    /// ([`LogFlusher::start`]).
     pub fn with_flush(engine: Arc<E>, flush: LogFlush) -> Self {
-        let flushing = match flush {
-            LogFlush::Inline => None,
-            LogFlush::Thread => {
-                let (queue, mut waiting) = mpsc::unbounded_channel();
-                let engine = Arc::clone(&engine);
-                // A thread of the runtime's blocking pool rather than one of its own: the
-                // runtime's shutdown drops every task holding a clone (so the loop ends) and
-                // waits for it, so no fsync is still running while the process exits.
-                tokio::task::spawn_blocking(move || {
-                    while let Some(first) = waiting.blocking_recv() {
-                        flush_queued(&*engine, first, &mut waiting);
-                    }
-                });
-                Some(queue)
-            }
-            LogFlush::Task => {
-                let (queue, mut waiting) = mpsc::unbounded_channel();
-                let engine = Arc::clone(&engine);
-                tokio::spawn(async move {
-                    while let Some(first) = waiting.recv().await {
-                        flush_queued(&*engine, first, &mut waiting);
-                    }
-                });
-                Some(queue)
-            }
-        };
-        Self { engine, flushing }
+        let flusher = LogFlusher::start(Arc::clone(&engine), flush);
+        Self::with_flusher(engine, &flusher)
+    }
+
+    /// A log store whose appends are made durable by `flusher`, which syncs the engine that
+    /// `engine` writes to (for a group's keyspace, the engine all groups share).
+    pub fn with_flusher(engine: Arc<E>, flusher: &LogFlusher) -> Self {
+        Self {
+            engine,
+            flushing: flusher.queue.clone(),
+        }
     }
 
     fn read_value<T: DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
@@ -401,5 +427,54 @@ mod tests {
             err.to_string().contains("log entry format 9 is unknown"),
             "{err}"
         );
+    }
+
+    /// The log stores of two groups in one shared engine, on one flush path: appends of both
+    /// that wait at once are made durable by ONE sync of the shared engine, each told so, and
+    /// each group reads back only its own entries.
+    #[test]
+    fn appends_of_several_groups_waiting_at_once_share_one_fsync() {
+        use crate::engine::GroupEngine;
+        use openraft::type_config::TypeConfigExt;
+        let shared = Arc::new(MemEngine::new());
+        block_on(async {
+            let flusher = LogFlusher::start(Arc::clone(&shared), LogFlush::Task);
+            let mut stores: Vec<_> = (1..=2)
+                .map(|group| {
+                    let engine = Arc::new(GroupEngine::new(Arc::clone(&shared), group));
+                    LogStore::with_flusher(engine, &flusher)
+                })
+                .collect();
+            let syncs = shared.syncs_total();
+            let mut durable = Vec::new();
+            // Neither append yields: the flusher first runs once both wait.
+            for (store, index) in stores.iter_mut().zip([7, 9]) {
+                let (tx, rx) = TypeConfig::oneshot();
+                store
+                    .append([entry(index)], IOFlushed::signal(tx))
+                    .await
+                    .expect("written");
+                durable.push(rx);
+            }
+            for rx in durable {
+                rx.await.expect("told").expect("durable");
+            }
+            assert_eq!(shared.syncs_total() - syncs, 1, "one fsync for both groups");
+            for (store, index) in stores.iter_mut().zip([7, 9]) {
+                let state = store.get_log_state().await.expect("state");
+                assert_eq!(state.last_log_id, Some(entry(index).log_id));
+                let read = store.try_get_log_entries(0..=10).await.expect("read");
+                assert_eq!(read, [entry(index)]);
+            }
+        });
+        // Both entries survive a crash of the shared engine.
+        shared.crash();
+        let mut stores: Vec<_> = (1..=2)
+            .map(|group| LogStore::new(Arc::new(GroupEngine::new(Arc::clone(&shared), group))))
+            .collect();
+        for (store, index) in stores.iter_mut().zip([7, 9]) {
+            let read = block_on(store.try_get_log_entries(0..=10)).expect("read");
+            assert_eq!(read, [entry(index)]);
+        }
     }
 }

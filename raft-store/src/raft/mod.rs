@@ -34,7 +34,7 @@ pub use backup::{
     begin_backup, inspect_backup, restore_backup, restore_backup_from, take_backup, Backup,
     BackupError, BackupWriter,
 };
-pub use log_store::{LogFlush, LogStore};
+pub use log_store::{LogFlush, LogFlusher, LogStore};
 pub use runtime::{seed_thread_rng, ChainRuntime};
 pub use snapshot_data::{SnapshotData, SnapshotDir, SnapshotFile};
 pub use state_machine::StateMachine;
