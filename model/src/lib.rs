@@ -9,6 +9,8 @@
 //! - `error`: [`StorageError`], the one storage failure every operation can surface.
 //! - `shard`: [`ShardCount`] and [`ShardId`]: which of a cluster's Raft groups holds an
 //!   execution, by a hash fixed for the cluster's life.
+//! - `placement`: [`Placement`]: which nodes hold each shard's replicas and which one is meant
+//!   to lead it, computed once when a cluster is made.
 //! - [`api`]: the HTTP contract: every request and answer body, the error body and its codes,
 //!   read parameters, header names. The node writes these types; the client reads them.
 
@@ -20,12 +22,14 @@ pub mod api;
 mod error;
 mod ids;
 mod order;
+mod placement;
 mod shard;
 mod types;
 
 pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
+pub use placement::{Placement, PlacementError, ShardReplicas};
 pub use shard::{InvalidShardCount, ShardCount, ShardId, SHARDS_MAX};
 pub use types::{
     not_head_message, session_conflict_message, AppendError, AppendRequest, Appended, Authority,

@@ -34,8 +34,8 @@ use crate::metrics::Metrics;
 use crate::network::PeerCredentials;
 use crate::proposer::Proposer;
 use crate::raft_stream;
-use crate::raft_types::{LastHeard, NodeMetrics, NodeRaft, Store};
-use crate::watched::{StorageHealth, WatchedEngine};
+use crate::raft_types::{GroupStorage, LastHeard, NodeMetrics, NodeRaft, Store};
+use crate::watched::StorageHealth;
 use chainstore_transport::Transport;
 
 use snapshot::Receiving;
@@ -45,7 +45,7 @@ pub struct Node {
     config: NodeConfig,
     raft: NodeRaft,
     /// The state machine Raft applies to (a handle: snapshots are received through it).
-    state_machine: StateMachine<WatchedEngine>,
+    state_machine: StateMachine<GroupStorage>,
     /// The snapshot being received, if any: one at a time.
     receiving: tokio::sync::Mutex<Option<Receiving>>,
     /// The leader that last sent this one an AppendEntries, and when it was answered.

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
 use openraft::Raft;
-use raft_store::raft::{LogStore, NodeId, SnapshotDir, StateMachine};
+use raft_store::engine::GroupEngine;
+use raft_store::raft::{LogFlusher, LogStore, NodeId, SnapshotDir, StateMachine};
 use raft_store::{ChainStore, Engine, StoreConfig};
 
 use super::{Node, ENTRIES_IN_FLIGHT, ENTRY_EFFECTS_MAX};
@@ -31,14 +32,18 @@ impl Node {
         let store_config = store_config(&config);
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(StorageHealth::default());
-        let engine = Arc::new(WatchedEngine::new(
+        let shared = Arc::new(WatchedEngine::new(
             engine,
             Arc::clone(&metrics),
             Arc::clone(&health),
         ));
+        // The node's one flush path: every group's log store syncs through it.
+        let flusher = LogFlusher::start(Arc::clone(&shared), config.log_flush);
+        // Group 0, the one group a node runs today: the unprefixed keys of a single-group store.
+        let engine = Arc::new(GroupEngine::new(shared, 0));
         let entry_bytes_max = store_config.populate_batch_bytes_max;
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
-        let log_store = LogStore::with_flush(Arc::clone(&engine), config.log_flush);
+        let log_store = LogStore::with_flusher(Arc::clone(&engine), &flusher);
         let state_machine = match &config.snapshot_dir {
             Some(dir) => StateMachine::with_snapshot_dir(
                 Arc::clone(&store),
