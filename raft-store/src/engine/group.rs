@@ -115,6 +115,20 @@ impl<E: Engine + ?Sized> GroupEngine<E> {
         (range.0 < range.1).then_some(range)
     }
 
+    /// The pairs `read` returns from this group's part of `[start, end)` in the shared engine,
+    /// with the group's prefix taken off their keys.
+    fn read_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        read: impl FnOnce(&[u8], &[u8]) -> Result<Vec<KeyValue>, StorageError>,
+    ) -> Result<Vec<KeyValue>, StorageError> {
+        let Some((start, end)) = self.range(start, end) else {
+            return Ok(Vec::new());
+        };
+        Ok(unprefixed(&self.prefix, read(&start, &end)?))
+    }
+
     /// This group's whole range in the shared engine.
     fn whole(&self) -> (Vec<u8>, Vec<u8>) {
         if self.prefix.is_empty() {
@@ -163,11 +177,9 @@ impl<E: Engine + ?Sized> Engine for GroupEngine<E> {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let Some((start, end)) = self.range(start, end) else {
-            return Ok(Vec::new());
-        };
-        let pairs = self.inner.scan(&start, &end, order, limit)?;
-        Ok(unprefixed(&self.prefix, pairs))
+        self.read_range(start, end, |start, end| {
+            self.inner.scan(start, end, order, limit)
+        })
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -227,11 +239,9 @@ impl<E: Engine + ?Sized> EngineView for GroupView<'_, E> {
         order: ScanOrder,
         limit: usize,
     ) -> Result<Vec<KeyValue>, StorageError> {
-        let Some((start, end)) = self.group.range(start, end) else {
-            return Ok(Vec::new());
-        };
-        let pairs = self.inner.scan(&start, &end, order, limit)?;
-        Ok(unprefixed(&self.group.prefix, pairs))
+        self.group.read_range(start, end, |start, end| {
+            self.inner.scan(start, end, order, limit)
+        })
     }
 
     fn scan_bounded(
