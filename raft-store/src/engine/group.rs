@@ -23,9 +23,7 @@
 
 use std::sync::Arc;
 
-use super::{
-    prefix_end, Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp,
-};
+use super::{Engine, EngineView, KeyValue, ScanOrder, StorageError, WriteBatch, WriteOp};
 
 /// The first key past group 0's keyspace (the start of the node's own records).
 const GROUP_0_END: &[u8] = b"y";
@@ -35,7 +33,6 @@ const GROUP_TAG: u8 = b'z';
 /// The part of a shared engine that holds one group's keys (see the module's documentation).
 pub struct GroupEngine<E: ?Sized> {
     inner: Arc<E>,
-    group: u32,
     /// Put before every key of this group in the shared engine (empty for group 0).
     prefix: Vec<u8>,
 }
@@ -44,7 +41,6 @@ impl<E: ?Sized> Clone for GroupEngine<E> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
-            group: self.group,
             prefix: self.prefix.clone(),
         }
     }
@@ -62,21 +58,7 @@ impl<E: Engine + ?Sized> GroupEngine<E> {
                 prefix
             }
         };
-        Self {
-            inner,
-            group,
-            prefix,
-        }
-    }
-
-    /// The group this keyspace belongs to.
-    pub fn group(&self) -> u32 {
-        self.group
-    }
-
-    /// The engine every group shares: its `sync` makes all of them durable.
-    pub fn shared(&self) -> &Arc<E> {
-        &self.inner
+        Self { inner, prefix }
     }
 
     /// `key` in the shared engine, or an error when group 0 names a key outside its keyspace
@@ -127,15 +109,6 @@ impl<E: Engine + ?Sized> GroupEngine<E> {
             return Ok(Vec::new());
         };
         Ok(unprefixed(&self.prefix, read(&start, &end)?))
-    }
-
-    /// This group's whole range in the shared engine.
-    fn whole(&self) -> (Vec<u8>, Vec<u8>) {
-        if self.prefix.is_empty() {
-            return (Vec::new(), GROUP_0_END.to_vec());
-        }
-        let end = prefix_end(&self.prefix).unwrap_or_else(|| vec![GROUP_TAG + 1]);
-        (self.prefix.clone(), end)
     }
 
     fn batch(&self, batch: WriteBatch) -> Result<WriteBatch, StorageError> {
@@ -208,11 +181,10 @@ impl<E: Engine + ?Sized> Engine for GroupEngine<E> {
         end: &[u8],
         pairs: &mut dyn Iterator<Item = Result<KeyValue, StorageError>>,
     ) -> Result<(), StorageError> {
-        // An empty range still writes its pairs: it is the group's empty range at its start.
-        let (start, end) = self.range(start, end).unwrap_or_else(|| {
-            let (start, _) = self.whole();
-            (start.clone(), start)
-        });
+        // An empty range still writes its pairs: it deletes nothing, at the group's start.
+        let (start, end) = self
+            .range(start, end)
+            .unwrap_or_else(|| (self.prefix.clone(), self.prefix.clone()));
         let mut prefixed = pairs.map(|pair| {
             let (key, value) = pair?;
             Ok((self.key(&key)?, value))
@@ -255,28 +227,30 @@ impl<E: Engine + ?Sized> EngineView for GroupView<'_, E> {
             return Ok(Vec::new());
         };
         // The budget counts the group's keys, unprefixed. The shared engine counts the prefix
-        // too and so stops early: ask again for the rest (each time the budget left shrinks by
-        // more than the prefixes' share, so a few asks cover it).
+        // too and so may stop early: ask again for the rest (each time the budget left shrinks
+        // by more than the prefixes' share, so a few asks cover it).
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while out.len() < limit {
-            let piece = self.inner.scan_bounded(
-                &from,
-                &end,
-                limit - out.len(),
-                bytes_max.saturating_sub(bytes).max(1),
-            )?;
+            let (asked, budget) = (limit - out.len(), bytes_max.saturating_sub(bytes).max(1));
+            let piece = self.inner.scan_bounded(&from, &end, asked, budget)?;
             let Some((last, _)) = piece.last() else {
                 break;
             };
             from = last.clone();
             from.push(0);
+            let read: usize = piece.iter().map(|(k, v)| k.len() + v.len()).sum();
+            // Fewer pairs than asked, within the shared engine's budget: the range is read out.
+            let exhausted = piece.len() < asked && read < budget;
             for pair in unprefixed(&self.group.prefix, piece) {
                 bytes = bytes.saturating_add(pair.0.len() + pair.1.len());
                 out.push(pair);
                 if bytes >= bytes_max {
                     return Ok(out);
                 }
+            }
+            if exhausted {
+                break;
             }
         }
         Ok(out)

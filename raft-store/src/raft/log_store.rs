@@ -113,13 +113,6 @@ impl<E: Engine + ?Sized> LogStore<E> {
         }
     }
 
-    /// A log store whose appends are made durable as `flush` says, on a flush path of its own
-    /// ([`LogFlusher::start`]).
-    pub fn with_flush(engine: Arc<E>, flush: LogFlush) -> Self {
-        let flusher = LogFlusher::start(Arc::clone(&engine), flush);
-        Self::with_flusher(engine, &flusher)
-    }
-
     /// A log store whose appends are made durable by `flusher`, which syncs the engine that
     /// `engine` writes to (for a group's keyspace, the engine all groups share).
     pub fn with_flusher(engine: Arc<E>, flusher: &LogFlusher) -> Self {
