@@ -5,9 +5,12 @@
 # the history checked for linearizability; every acknowledged append must be found after
 # healing; the report gives the write outage after each fault.
 #
-#   scripts/robustness.sh [--seed N] [--duration SECONDS] [--release] [--dir DIR] [-- node flags]
+#   scripts/robustness.sh [--seed N] [--duration SECONDS] [--release] [--shards S] [--dir DIR]
+#                         [-- node flags]
 #
-# Defaults: seed 1, 60 s of faults, the debug build, a fresh directory under target/robustness.
+# Defaults: seed 1, 60 s of faults, the debug build, one shard, a fresh directory under
+# target/robustness. With --shards S the cluster is made of S shards (a Raft group each); the
+# nemesis's "leader" is then the leader of the nodes' first shard.
 # Cutting a node off needs root (three Unix users, one per node, and iptables rules matching
 # them); without root the run kills and pauses only, and says so. On failure the run directory
 # (report.txt, history.jsonl, node logs and data directories) is kept and its path printed.
@@ -20,12 +23,14 @@ duration=60
 profile=debug
 dir=""
 node_args=()
+shards=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --seed) seed=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --release) profile=release; shift ;;
     --dir) dir=$2; shift 2 ;;
+    --shards) shards=$2; shift 2 ;;
     --) shift; node_args=("$@"); break ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -64,6 +69,10 @@ chmod o+rx "$(dirname "$dir")"
 args=(--node-bin "$PWD/$bin/chainstore-node" --dir "$dir" --seed "$seed" --duration "$duration")
 if [ ${#users[@]} -eq 3 ]; then
   args+=(--users "$(IFS=,; echo "${users[*]}")")
+fi
+if [ "$shards" != 1 ]; then
+  # The cluster is made with that many shards (its nodes' bootstrap makes it).
+  node_args+=(--bootstrap-shards "$shards")
 fi
 if [ ${#node_args[@]} -gt 0 ]; then
   args+=(--node-args "${node_args[@]}")

@@ -82,13 +82,18 @@ pub async fn controller(
     world: Shared,
     voters: Vec<u64>,
     spare: Option<(u64, u64)>,
+    shards: u32,
 ) -> turmoil::Result {
     let nodes: BTreeMap<String, String> = voters
         .iter()
         .map(|v| (v.to_string(), format!("n{v}:{NODE_PORT}")))
         .collect();
     loop {
-        match post(voters[0], "/v1/cluster/init", &json!({ "nodes": nodes })).await {
+        let init = match shards {
+            1 => json!({ "nodes": nodes }),
+            shards => json!({ "nodes": nodes, "shards": shards }),
+        };
+        match post(voters[0], "/v1/cluster/init", &init).await {
             Ok((200, _)) => break,
             Ok((status, body)) => world
                 .borrow_mut()
@@ -648,9 +653,14 @@ pub async fn reader(world: Shared, nodes: Vec<u64>, mut rng: SimRng) -> turmoil:
 pub fn state_digest(engine: &raft_store::MemEngine) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for (key, value) in engine.dump() {
-        // Only the state machine's range: the Raft log differs legitimately between replicas.
+        // Only the state machine's range of each group (group 0's keys as they are, group g's
+        // under `z` ‖ g): the Raft log differs legitimately between replicas.
         let (start, end) = raft_store::raft::STATE_MACHINE_RANGE;
-        if key.as_slice() < start || key.as_slice() >= end {
+        let inner = match key.first() {
+            Some(b'z') if key.len() > 5 => &key[5..],
+            _ => key.as_slice(),
+        };
+        if inner < start || inner >= end {
             continue;
         }
         for byte in (key.len() as u64)
@@ -900,25 +910,38 @@ pub async fn checker(
     // How many entries carried the writes of several executions (the change feed lists every
     // stored event with the index of the entry that stored it): the run's coverage of shared
     // entries under its crashes.
+    // A cluster of several shards has a feed per shard, each with indexes of its own.
     let mut shared = 0u64;
-    let mut after = 0;
-    let mut last: Option<(u64, String)> = None;
-    let mut counted_index = None;
-    while let Ok(page) = cluster.changes(after, 1_000, ReadOptions::default()).await {
-        for change in &page.changes {
-            let here = (change.commit_index, change.execution_id.to_string());
-            if let Some((index, execution)) = &last {
-                if *index == here.0 && *execution != here.1 && counted_index != Some(here.0) {
-                    shared += 1;
-                    counted_index = Some(here.0);
+    let shards = cluster.shards().await.get();
+    for shard in 0..shards {
+        let mut after = 0;
+        let mut last: Option<(u64, String)> = None;
+        let mut counted_index = None;
+        loop {
+            let page = match shards {
+                1 => cluster.changes(after, 1_000, ReadOptions::default()).await,
+                _ => {
+                    cluster
+                        .shard_changes(shard, after, 1_000, ReadOptions::default())
+                        .await
                 }
+            };
+            let Ok(page) = page else { break };
+            for change in &page.changes {
+                let here = (change.commit_index, change.execution_id.to_string());
+                if let Some((index, execution)) = &last {
+                    if *index == here.0 && *execution != here.1 && counted_index != Some(here.0) {
+                        shared += 1;
+                        counted_index = Some(here.0);
+                    }
+                }
+                last = Some(here);
             }
-            last = Some(here);
+            if page.changes.is_empty() || page.next <= after {
+                break;
+            }
+            after = page.next;
         }
-        if page.changes.is_empty() || page.next <= after {
-            break;
-        }
-        after = page.next;
     }
     *world
         .borrow_mut()

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret};
+use chainstore_node::{app, ClientAuth, Host, Node, NodeConfig, PeerAuth, Secret};
 use raft_store::raft::LogFlush;
 use raft_store::MemEngine;
 
@@ -31,6 +31,9 @@ pub struct SimOptions {
     pub spare: bool,
     /// Simulated seconds of load with faults.
     pub load_secs: u64,
+    /// Shards the cluster is made with (1: one group; more only with three voters and no
+    /// spare, as a sharded cluster takes no membership change).
+    pub shards: u32,
 }
 
 impl SimOptions {
@@ -39,11 +42,17 @@ impl SimOptions {
         let mut rng = SimRng::new(seed ^ 0x5eed);
         let voters = if rng.chance(0.25) { 5 } else { 3 };
         let spare = rng.chance(0.3);
+        let shards = if voters == 3 && !spare && rng.chance(0.4) {
+            4
+        } else {
+            1
+        };
         Self {
             seed,
             voters,
             spare,
             load_secs,
+            shards,
         }
     }
 
@@ -136,7 +145,8 @@ pub(crate) fn node_config(id: u64) -> NodeConfig {
     config
 }
 
-/// Where a host puts its running node, so the simulation can look at it (empty while down).
+/// Where a host puts its running node's (one) group, so the simulation can look at it (empty
+/// while down).
 pub(crate) type Slot = Rc<RefCell<Option<Arc<Node>>>>;
 
 /// Adds a host per id, each running the real node and router on its own `MemEngine`, which
@@ -155,11 +165,11 @@ pub(crate) fn add_nodes(
         sim.host(name(id), move || {
             let (engine, slot) = (engine.clone(), Rc::clone(&slot));
             async move {
-                let node = Node::start(node_config(id), Arc::new(engine), Arc::new(SimTransport))
+                let host = Host::start(node_config(id), Arc::new(engine), Arc::new(SimTransport))
                     .await
                     .map_err(|e| e.to_string())?;
-                *slot.borrow_mut() = Some(Arc::clone(&node));
-                serve(app(node)).await?;
+                *slot.borrow_mut() = host.first();
+                serve(app(host)).await?;
                 Ok(())
             }
         });
@@ -306,7 +316,7 @@ pub fn run(options: SimOptions) -> Report {
     });
     sim.client(
         "ctl",
-        actors::controller(Rc::clone(&world), voters.clone(), spare),
+        actors::controller(Rc::clone(&world), voters.clone(), spare, options.shards),
     );
     sim.client(
         "writer",

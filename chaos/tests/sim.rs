@@ -12,13 +12,14 @@ const LOAD_SECS: u64 = 60;
 fn check(seed: u64, load_secs: u64) -> chaos::Report {
     let report = run(SimOptions::for_seed(seed, load_secs));
     println!(
-        "seed {seed}: {} voters{} {:?} simulated, {} faults, trace {:016x} ({} lines), {:?}",
+        "seed {seed}: {} voters{}, {} shard(s), {:?} simulated, {} faults, trace {:016x} ({} lines), {:?}",
         report.options.voters,
         if report.options.spare {
             " + joining spare"
         } else {
             ""
         },
+        report.options.shards,
         report.simulated,
         report.faults.len(),
         report.trace_hash,

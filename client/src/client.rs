@@ -1,6 +1,8 @@
 //! [`Client`]: one handle over a list of node URLs. It finds the leader and follows it, retries
 //! what is retryable with bounded exponential back-off and jitter, and turns every answer into a
-//! typed result.
+//! typed result. In a cluster of several shards it computes each execution's shard as the nodes
+//! do and keeps each shard's leader apart, so a call about an execution goes straight to its
+//! shard's leader and follows that leader when it moves.
 //!
 //! Appends are safe to retry because the store is idempotent by event id: a retried append that
 //! had in fact committed answers with its original seq and `duplicate: true`, never `not_head`.
@@ -19,7 +21,7 @@ use chainstore_model::api::{
 };
 use chainstore_model::{
     order_by_links, AppendRequest, Appended, ChainEvent, EventId, ExecutionId, FromLog, Guarded,
-    GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId,
+    GuardedPage, LogEvent, PartOutcome, PopulateSession, Replicated, SessionId, ShardCount,
 };
 use chainstore_transport::{ReqwestTransport, TlsClientOptions, Transport, TransportOptions};
 use http::{HeaderMap, Method, StatusCode};
@@ -206,6 +208,8 @@ impl ClientBuilder {
             state: Mutex::new(State {
                 preferred: 0,
                 node_ids: BTreeMap::new(),
+                shards: ShardCount::ONE,
+                shard_leaders: BTreeMap::new(),
                 discovered: false,
                 rng: seed | 1,
             }),
@@ -218,6 +222,10 @@ struct State {
     preferred: usize,
     /// Node id → index in `nodes`, learned from `/v1/cluster`.
     node_ids: BTreeMap<u64, usize>,
+    /// The cluster's shard count, learned from `/v1/cluster`.
+    shards: ShardCount,
+    /// Shard → index in `nodes` of its leader, when known (a cluster of several shards).
+    shard_leaders: BTreeMap<u32, usize>,
     discovered: bool,
     /// xorshift64 state for the jitter.
     rng: u64,
@@ -358,13 +366,14 @@ impl Client {
         Ok((parts.status, parts.headers, bytes))
     }
 
-    /// Learns which URL is which node and who leads, from every node's `/v1/cluster`.
+    /// Learns which URL is which node, how many shards the cluster has and who leads each,
+    /// from every node's `/v1/cluster`.
     ///
-    /// Every node is asked at once and the answers taken as they come, until a leader is named
-    /// whose URL is known, every node has answered, or the others have had as long again as the
-    /// first answer took (at least the back-off base): a node that does not answer (stopped,
-    /// cut off) costs no more than that, whether a leader is named or not. With no leader
-    /// named, the first node that answered is tried first.
+    /// Every node is asked at once and the answers taken as they come, until a leader of every
+    /// shard is named whose URL is known, every node has answered, or the others have had as
+    /// long again as the first answer took (at least the back-off base): a node that does not
+    /// answer (stopped, cut off) costs no more than that, whether a leader is named or not. With
+    /// no leader named, the first node that answered is tried first.
     async fn discover(&self) {
         use futures_util::StreamExt;
         let started = tokio::time::Instant::now();
@@ -378,6 +387,8 @@ impl Client {
             .collect();
         let mut ids = self.shared().node_ids.clone();
         let mut leader = None;
+        let mut shards = None;
+        let mut shard_leaders: BTreeMap<u32, u64> = BTreeMap::new();
         let mut first_answered = None;
         let mut deadline = None;
         loop {
@@ -393,6 +404,12 @@ impl Client {
                 if let Ok(view) = serde_json::from_slice::<ClusterStatus>(&bytes) {
                     ids.insert(view.node_id, node);
                     leader = leader.or(view.leader_id);
+                    shards = shards.or(ShardCount::new(view.shards).ok());
+                    for group in &view.groups {
+                        if let Some(id) = group.leader_id {
+                            shard_leaders.entry(group.shard).or_insert(id);
+                        }
+                    }
                     first_answered.get_or_insert(node);
                     deadline.get_or_insert_with(|| {
                         tokio::time::Instant::now()
@@ -400,7 +417,12 @@ impl Client {
                     });
                 }
             }
-            if leader.is_some_and(|l| ids.contains_key(&l)) {
+            let every_shard = match shards {
+                Some(count) if count.get() > 1 => (0..count.get())
+                    .all(|s| shard_leaders.get(&s).is_some_and(|l| ids.contains_key(l))),
+                _ => true,
+            };
+            if every_shard && leader.is_some_and(|l| ids.contains_key(&l)) {
                 break;
             }
         }
@@ -409,11 +431,48 @@ impl Client {
         if let Some(index) = leader.and_then(|l| ids.get(&l)).or(first_answered.as_ref()) {
             state.preferred = *index;
         }
+        if let Some(count) = shards {
+            state.shards = count;
+        }
+        state.shard_leaders = shard_leaders
+            .into_iter()
+            .filter_map(|(shard, leader)| Some((shard, *ids.get(&leader)?)))
+            .collect();
         state.node_ids = ids;
         state.discovered = true;
     }
 
-    fn follow_leader(&self, headers: &HeaderMap) {
+    /// The shard `path` is about (an execution's, `/v1/executions/{id}/...`, or a change feed's,
+    /// `/v1/changes?shard=`, as this client writes them), when the cluster has several.
+    fn shard_of_path(&self, path: &str) -> Option<u32> {
+        let shards = self.shared().shards;
+        if shards.get() == 1 {
+            return None;
+        }
+        if let Some(query) = path.strip_prefix("/v1/changes?") {
+            return query
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("shard="))
+                .and_then(|shard| shard.parse().ok());
+        }
+        let id = path
+            .strip_prefix("/v1/executions/")?
+            .split(['/', '?'])
+            .next()?;
+        let exec = ExecutionId::new(id).ok()?;
+        Some(shards.shard_of(&exec).0)
+    }
+
+    /// The node to try first for `shard` (the cluster's first group's leader for `None`).
+    fn preferred(&self, shard: Option<u32>) -> usize {
+        let state = self.shared();
+        shard
+            .and_then(|s| state.shard_leaders.get(&s).copied())
+            .unwrap_or(state.preferred)
+    }
+
+    /// Follows `x-chainstore-leader` on an answer about `shard` (or the first group's).
+    fn follow_leader(&self, headers: &HeaderMap, shard: Option<u32>) {
         let leader = headers
             .get(LEADER)
             .and_then(|v| v.to_str().ok())
@@ -421,19 +480,35 @@ impl Client {
         if let Some(leader) = leader {
             let mut state = self.shared();
             if let Some(index) = state.node_ids.get(&leader).copied() {
-                state.preferred = index;
+                match shard {
+                    Some(shard) => {
+                        state.shard_leaders.insert(shard, index);
+                    }
+                    None => state.preferred = index,
+                }
             }
         }
     }
 
-    fn rotate(&self) {
+    /// Moves on from the node just tried for `shard`.
+    fn rotate(&self, shard: Option<u32>, tried: usize) {
         let mut state = self.shared();
-        state.preferred = (state.preferred + 1) % self.nodes.len();
+        let next = (tried + 1) % self.nodes.len();
+        match shard {
+            Some(shard) => {
+                state.shard_leaders.insert(shard, next);
+            }
+            None => state.preferred = next,
+        }
     }
 
     /// Runs `attempt` against the preferred node until it is done or the attempts run out,
     /// backing off between attempts: the one retry loop of every call.
-    async fn with_retries<T, F, Fut>(&self, mut attempt: F) -> Result<T, ClientError>
+    async fn with_retries<T, F, Fut>(
+        &self,
+        shard: Option<u32>,
+        mut attempt: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(usize) -> Fut,
         Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
@@ -446,12 +521,12 @@ impl Client {
             if n > 0 {
                 tokio::time::sleep(self.backoff(n - 1)).await;
             }
-            let node = self.shared().preferred;
+            let node = self.preferred(shard);
             match attempt(node).await? {
                 Attempt::Done(value) => return Ok(value),
                 Attempt::Unreachable(failure) => {
                     last_failure = format!("{}: {failure}", self.nodes[node]);
-                    self.rotate();
+                    self.rotate(shard, node);
                 }
                 Attempt::Unavailable(body) => {
                     last_failure = format!(
@@ -472,20 +547,25 @@ impl Client {
     }
 
     /// One call with retries: transport failures and 503 answers are retried (on the next node,
-    /// after a back-off); every other answer is returned, its body as raw bytes.
+    /// after a back-off); every other answer is returned, its body as raw bytes. A call about
+    /// an execution goes to its shard's leader.
     async fn call_bytes(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ClientError> {
-        self.with_retries(|node| {
+        if !self.shared().discovered {
+            self.discover().await;
+        }
+        let shard = self.shard_of_path(path);
+        self.with_retries(shard, |node| {
             let (method, body) = (&method, &body);
             async move {
                 Ok(match self.send_once(node, method, path, body).await {
                     Err(failure) => Attempt::Unreachable(failure),
                     Ok((status, headers, bytes)) => {
-                        self.follow_leader(&headers);
+                        self.follow_leader(&headers, shard);
                         if status == StatusCode::SERVICE_UNAVAILABLE {
                             Attempt::Unavailable(serde_json::from_slice(&bytes).ok())
                         } else {
@@ -856,8 +936,33 @@ impl Client {
         limit: usize,
         options: ReadOptions,
     ) -> Result<ChangesAnswer, ClientError> {
-        let path = with_query("/v1/changes", &options.changes_query(after, limit))?;
+        let path = with_query("/v1/changes", &options.changes_query(None, after, limit))?;
         self.call(Method::GET, &path, None).await
+    }
+
+    /// One page of shard `shard`'s change feed, after commit index `after`. A cluster of several
+    /// shards has a feed per shard, each with commit indexes of its own: a reader of all of
+    /// them keeps one cursor per shard. Sent to the shard's leader.
+    pub async fn shard_changes(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        options: ReadOptions,
+    ) -> Result<ChangesAnswer, ClientError> {
+        let path = with_query(
+            "/v1/changes",
+            &options.changes_query(Some(shard), after, limit),
+        )?;
+        self.call(Method::GET, &path, None).await
+    }
+
+    /// The cluster's shard count (1 until the cluster has answered).
+    pub async fn shards(&self) -> ShardCount {
+        if !self.shared().discovered {
+            self.discover().await;
+        }
+        self.shared().shards
     }
 
     /// The cluster as the preferred node (the leader, when known) sees it.
@@ -892,7 +997,7 @@ impl Client {
         use tokio::io::AsyncWriteExt;
 
         let answer = self
-            .with_retries(|node| async move {
+            .with_retries(None, |node| async move {
                 let request = self
                     .request_to(node, &Method::GET, "/v1/snapshot", &None)
                     .map_err(ClientError::InvalidInput)?;
@@ -905,7 +1010,7 @@ impl Client {
                     Err(failure) => return Ok(Attempt::Unreachable(failure.to_string())),
                 };
                 let (parts, mut pieces) = answer.into_parts();
-                self.follow_leader(&parts.headers);
+                self.follow_leader(&parts.headers, None);
                 if parts.status.is_success() {
                     return Ok(Attempt::Done((node, parts.headers, pieces)));
                 }

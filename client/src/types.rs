@@ -42,10 +42,16 @@ impl ReadOptions {
         }
     }
 
-    /// The query of a page of the change feed.
-    pub(crate) fn changes_query(&self, after: u64, limit: usize) -> ChangesQuery {
+    /// The query of a page of the change feed (of one shard's, when named).
+    pub(crate) fn changes_query(
+        &self,
+        shard: Option<u32>,
+        after: u64,
+        limit: usize,
+    ) -> ChangesQuery {
         let read = self.query();
         ChangesQuery {
+            shard,
             after: Some(after),
             limit: Some(limit),
             consistency: read.consistency,

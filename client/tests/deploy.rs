@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chainstore_client::{Client, ReadOptions};
+use chainstore_model::ShardCount;
 use chainstore_model::{AppendRequest, EventId, ExecutionId, FromLog, Guarded, LogEvent};
 use chainstore_node::{bootstrap, Bootstrapped};
-use chainstore_node::{Node, NodeConfig};
+use chainstore_node::{Host, NodeConfig};
 use common::{Formation, InProcCluster};
 use raft_store::raft::{restore_backup, BackupError};
 use raft_store::{Engine, MemEngine};
@@ -66,23 +67,37 @@ async fn bootstrap_forms_the_cluster_once_and_never_beside_an_existing_one() {
         .collect();
 
     // A restart of the bootstrapper: its storage holds the membership, so nothing happens.
-    let again = bootstrap(cluster.node(1), voters.clone(), Duration::from_millis(50)).await;
+    let again = bootstrap(
+        cluster.host(1),
+        voters.clone(),
+        ShardCount::ONE,
+        Duration::from_millis(50),
+    )
+    .await;
     assert_eq!(again, Bootstrapped::AlreadyMember);
 
     // Node 1 again, but on a wiped disk: its peers belong to a cluster, so it must not found a
     // second one.
     let wiped: Arc<dyn Engine> = Arc::new(MemEngine::new());
-    let fresh = Node::start(
+    let fresh = Host::start(
         NodeConfig::new(1, "127.0.0.1:1".to_string(), common::peer_auth()),
         wiped,
         Arc::new(common::transport()),
     )
     .await
     .unwrap();
-    let outcome = bootstrap(Arc::clone(&fresh), voters, Duration::from_millis(50)).await;
+    let outcome = bootstrap(
+        Arc::clone(&fresh),
+        voters,
+        ShardCount::ONE,
+        Duration::from_millis(50),
+    )
+    .await;
     assert_eq!(outcome, Bootstrapped::PeerHasCluster(2));
     assert!(
         fresh
+            .first()
+            .unwrap()
             .raft_metrics()
             .membership_config
             .membership()

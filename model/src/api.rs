@@ -26,6 +26,9 @@ pub mod headers {
     pub const LAST_LOG_INDEX: &str = "x-chainstore-last-log-index";
     /// On a peer's request in a plaintext cluster: the cluster secret.
     pub const CLUSTER_SECRET: &str = "x-chainstore-secret";
+    /// On a peer's Raft RPC: the Raft group (the shard) it is for. Absent means group 0, the
+    /// one group of a single-shard cluster, so the peers of a release before shards interoperate.
+    pub const GROUP: &str = "x-chainstore-group";
 }
 
 /// How fresh a read must be (`consistency=` on every read).
@@ -104,6 +107,10 @@ impl ChainQuery {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangesQuery {
+    /// The shard whose feed to read: required when the cluster has several (each shard's
+    /// feed has commit indexes of its own), 0 or absent when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
     /// The commit index the page starts after (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<u64>,
@@ -507,14 +514,54 @@ pub struct ClusterStatus {
     pub snapshot_index: u64,
     /// Its last purged log index.
     pub purged_index: u64,
+    /// The cluster's shard count (1: one Raft group holds every execution). The fields above
+    /// describe the lowest shard this node holds a replica of: shard 0 of a single-shard cluster.
+    #[serde(default = "one")]
+    pub shards: u32,
+    /// Every shard this node holds a replica of, in shard order (empty from a node of a release
+    /// before shards).
+    #[serde(default)]
+    pub groups: Vec<GroupStatus>,
 }
 
-/// `POST /v1/cluster/init` takes: the first members.
+fn one() -> u32 {
+    1
+}
+
+/// One shard's Raft group as the answering node sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupStatus {
+    /// The shard.
+    pub shard: u32,
+    /// This node's role in its group.
+    pub state: RaftRole,
+    /// The group's leader as this node knows it.
+    pub leader_id: Option<u64>,
+    /// The node meant to lead it, when the cluster has several shards.
+    pub preferred_leader: Option<u64>,
+    /// The group's term.
+    pub term: u64,
+    /// Its voting members, in ascending order.
+    pub voters: Vec<u64>,
+    /// This node's last log index in the group.
+    pub last_log_index: u64,
+    /// This node's last applied index in the group.
+    pub last_applied: u64,
+}
+
+/// `POST /v1/cluster/init` takes: the first members, and how the executions are spread.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InitBody {
     /// Node id → address.
     pub nodes: BTreeMap<u64, String>,
+    /// How many shards (Raft groups) hold the executions: 1 (the default) to 1,024, fixed for
+    /// the cluster's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// Replicas of each shard when there are several: 3 (the default) or 5, at most the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 /// `POST /v1/cluster/init` answers.

@@ -29,7 +29,7 @@ mod types;
 pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
-pub use placement::{Placement, PlacementError, ShardReplicas};
+pub use placement::{Layout, Placement, PlacementError, ShardReplicas};
 pub use shard::{InvalidShardCount, ShardCount, ShardId, SHARDS_MAX};
 pub use types::{
     not_head_message, session_conflict_message, AppendError, AppendRequest, Appended, Authority,

@@ -13,6 +13,8 @@
 //! first in its slots on a tie); a test checks that leaders then balance to within one for
 //! every cluster of 3 to 32 nodes, 3 or 5 replicas and 1 to 1,024 shards.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::shard::{ShardCount, ShardId};
@@ -59,6 +61,9 @@ pub enum PlacementError {
     /// A node id given twice.
     #[error("node {0} is named twice")]
     DuplicateNode(u64),
+    /// A layout whose nodes and placement do not fit together.
+    #[error("{0}")]
+    Layout(String),
     /// A stored placement that is not one a cluster could have been made with.
     #[error("shard {shard}: {reason}")]
     Invalid {
@@ -169,6 +174,105 @@ impl From<Placement> for Vec<ShardReplicas> {
     }
 }
 
+/// What a sharded cluster was made with, stored on every node by `cluster init` and identical on
+/// all of them: the members' addresses and the placement of every shard. A node starts the
+/// groups it holds from it; a cluster without one is a single group (shard 0) over its members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "LayoutRecord", into = "LayoutRecord")]
+pub struct Layout {
+    nodes: BTreeMap<u64, String>,
+    placement: Placement,
+}
+
+/// [`Layout`]'s stored form, checked when read back.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LayoutRecord {
+    nodes: BTreeMap<u64, String>,
+    placement: Placement,
+}
+
+impl Layout {
+    /// `shards` shards of `replicas` replicas each over `nodes` (id → address). Every node must
+    /// hold a replica of one shard at least (`shards · replicas ≥ nodes`): a node that holds none
+    /// would serve nothing.
+    pub fn new(
+        nodes: BTreeMap<u64, String>,
+        shards: ShardCount,
+        replicas: usize,
+    ) -> Result<Self, PlacementError> {
+        let ids: Vec<u64> = nodes.keys().copied().collect();
+        let placement = Placement::compute(&ids, shards, replicas)?;
+        Self::checked(nodes, placement)
+    }
+
+    fn checked(nodes: BTreeMap<u64, String>, placement: Placement) -> Result<Self, PlacementError> {
+        if let Some((id, _)) = nodes.iter().find(|(_, addr)| addr.is_empty()) {
+            return Err(PlacementError::Layout(format!("node {id} has no address")));
+        }
+        for (shard, replicas) in placement.shards() {
+            if let Some(stranger) = replicas.voters().find(|id| !nodes.contains_key(id)) {
+                return Err(PlacementError::Invalid {
+                    shard: shard.0,
+                    reason: format!("its replica on node {stranger} is not a member"),
+                });
+            }
+        }
+        if let Some(idle) = nodes
+            .keys()
+            .find(|id| placement.held_by(**id).next().is_none())
+        {
+            return Err(PlacementError::Layout(format!(
+                "node {idle} would hold no shard: shards × replicas must be at least the number \
+                 of nodes"
+            )));
+        }
+        Ok(Self { nodes, placement })
+    }
+
+    /// Every member's address, by id.
+    pub fn nodes(&self) -> &BTreeMap<u64, String> {
+        &self.nodes
+    }
+
+    /// Where each shard's replicas are.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// How many shards the cluster has.
+    pub fn shards(&self) -> ShardCount {
+        self.placement.shard_count()
+    }
+
+    /// The voters of `shard` with their addresses (empty for a shard the layout lacks).
+    pub fn voters(&self, shard: ShardId) -> BTreeMap<u64, String> {
+        self.placement
+            .shard(shard)
+            .into_iter()
+            .flat_map(ShardReplicas::voters)
+            .filter_map(|id| Some((id, self.nodes.get(&id)?.clone())))
+            .collect()
+    }
+}
+
+impl TryFrom<LayoutRecord> for Layout {
+    type Error = PlacementError;
+
+    fn try_from(record: LayoutRecord) -> Result<Self, Self::Error> {
+        Self::checked(record.nodes, record.placement)
+    }
+}
+
+impl From<Layout> for LayoutRecord {
+    fn from(layout: Layout) -> Self {
+        LayoutRecord {
+            nodes: layout.nodes,
+            placement: layout.placement,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +377,36 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Placement>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_layout_names_every_replica_and_gives_every_node_a_shard() {
+        let nodes: BTreeMap<u64, String> = (1..=6).map(|id| (id, format!("n{id}:7001"))).collect();
+        let layout = Layout::new(nodes.clone(), ShardCount::new(12).unwrap(), 3).unwrap();
+        assert_eq!(layout.shards().get(), 12);
+        assert_eq!(
+            layout.voters(ShardId(0)),
+            [
+                (1, "n1:7001".to_string()),
+                (2, "n2:7001".to_string()),
+                (3, "n3:7001".to_string())
+            ]
+            .into_iter()
+            .collect()
+        );
+        let stored = serde_json::to_string(&layout).unwrap();
+        assert_eq!(serde_json::from_str::<Layout>(&stored).unwrap(), layout);
+        // One shard of three replicas cannot give six nodes a shard each.
+        assert!(matches!(
+            Layout::new(nodes.clone(), ShardCount::ONE, 3),
+            Err(PlacementError::Layout(_))
+        ));
+        // A stored layout whose placement names a node it does not list is refused.
+        let mut fewer = nodes;
+        fewer.remove(&6);
+        let forged = serde_json::json!({ "nodes": fewer, "placement": layout.placement() });
+        assert!(serde_json::from_value::<Layout>(forged).is_err());
+        let unknown = serde_json::json!({ "nodes": layout.nodes(), "placement": layout.placement(), "extra": 1 });
+        assert!(serde_json::from_value::<Layout>(unknown).is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! Automatic bootstrap for deployments: every node is given the same list of initial voters, and
-//! the one with the lowest id initializes the cluster, once.
+//! Automatic bootstrap for deployments: every node is given the same list of initial voters (and
+//! shard count), and the one with the lowest id initializes the cluster, once.
 //!
 //! "Once" rests on two checks, both repeated until one of them ends the task: a node whose own
 //! storage already holds a membership never initializes (a restart does nothing), and the
@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use chainstore_model::{Layout, ShardCount};
 use raft_store::raft::NodeId;
 
 use crate::errors::MembershipError;
-use crate::node::Node;
+use crate::host::Host;
 
 /// How the bootstrap ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,18 +58,14 @@ pub fn parse_voters(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
     Ok(voters)
 }
 
-fn is_member(node: &Node) -> bool {
-    node.raft_metrics()
-        .membership_config
-        .membership()
-        .voter_ids()
-        .next()
-        .is_some()
+/// Whether this node belongs to a cluster: it holds a layout, or one of its groups has voters.
+fn is_member(host: &Host) -> bool {
+    host.layout().is_some() || host.groups().iter().any(|node| node.is_member())
 }
 
 /// Asks node `peer` at `addr` whether it belongs to a cluster: `Some(true/false)`, or `None`
 /// when it did not answer.
-async fn peer_has_cluster(node: &Node, peer: NodeId, addr: &str) -> Option<bool> {
+async fn peer_has_cluster(node: &Host, peer: NodeId, addr: &str) -> Option<bool> {
     let request = node
         .peer_credentials()
         .request(http::Method::GET, peer, addr, "/v1/cluster")
@@ -87,8 +84,9 @@ async fn peer_has_cluster(node: &Node, peer: NodeId, addr: &str) -> Option<bool>
 /// Runs the bootstrap for `node` with the initial `voters`; returns when there is nothing left
 /// to do. Safe to run on every node, on every start.
 pub async fn bootstrap(
-    node: Arc<Node>,
+    node: Arc<Host>,
     voters: BTreeMap<NodeId, String>,
+    shards: ShardCount,
     retry: Duration,
 ) -> Bootstrapped {
     if voters.keys().next() != Some(&node.id()) {
@@ -107,7 +105,7 @@ pub async fn bootstrap(
             }
         }
         if all_fresh && !is_member(&node) {
-            match node.initialize(voters.clone()).await {
+            match make(&node, &voters, shards, retry).await {
                 Ok(()) => return Bootstrapped::Initialized,
                 Err(MembershipError::Invalid(message)) if is_member(&node) => {
                     tracing::info!(%message, "bootstrap: already initialized");
@@ -117,6 +115,36 @@ pub async fn bootstrap(
             }
         }
         tokio::time::sleep(retry).await;
+    }
+}
+
+/// Makes the cluster: one group of every voter, or `shards` groups of three replicas each (or
+/// of every voter, when fewer) placed over them. Once this node has taken a layout it counts as
+/// a member, so a sharded make that some node could not finish is retried here, every `retry`,
+/// until it is done (a bootstrapper restarted meanwhile leaves it to `POST /v1/cluster/init`
+/// with the same nodes and shards, which finishes it).
+async fn make(
+    node: &Host,
+    voters: &BTreeMap<NodeId, String>,
+    shards: ShardCount,
+    retry: Duration,
+) -> Result<(), MembershipError> {
+    if shards == ShardCount::ONE {
+        let first = node
+            .first()
+            .ok_or_else(|| MembershipError::Unavailable("the node is stopping".into()))?;
+        return first.initialize(voters.clone()).await;
+    }
+    let layout = Layout::new(voters.clone(), shards, voters.len().min(3))
+        .map_err(|e| MembershipError::Invalid(format!("no layout fits: {e}")))?;
+    loop {
+        match node.make_sharded(layout.clone()).await {
+            Err(MembershipError::Unavailable(why)) => {
+                tracing::warn!(%why, "bootstrap: the cluster is not made yet; retrying");
+                tokio::time::sleep(retry).await;
+            }
+            other => return other,
+        }
     }
 }
 

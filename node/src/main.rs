@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainstore_node::{app, ClientAuth, HandOff, Node, NodeConfig, PeerAuth, Secret, Tokens};
+use chainstore_model::ShardCount;
+use chainstore_node::{app, ClientAuth, HandOff, Host, NodeConfig, PeerAuth, Secret, Tokens};
 use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, Reloaded, TlsFiles};
@@ -122,6 +123,10 @@ struct Options {
     /// belongs to a cluster yet.
     #[arg(long, env = "CHAINSTORE_BOOTSTRAP_VOTERS")]
     bootstrap_voters: Option<String>,
+    /// The shards of the cluster `--bootstrap-voters` makes (default 1): its executions spread
+    /// over that many Raft groups, three replicas each, fixed for the cluster's life.
+    #[arg(long, env = "CHAINSTORE_BOOTSTRAP_SHARDS")]
+    bootstrap_shards: Option<u32>,
     /// A backup file (`chainctl snapshot save`) to seed this node's store from, when the store
     /// is empty; the new cluster's voters are `--bootstrap-voters`. Ignored on a store with data.
     #[arg(long, env = "CHAINSTORE_RESTORE_FROM")]
@@ -202,6 +207,7 @@ struct Settings {
     rocks: RocksOptions,
     log_format: String,
     bootstrap_voters: Option<BTreeMap<NodeId, String>>,
+    bootstrap_shards: ShardCount,
     restore_from: Option<PathBuf>,
 }
 
@@ -237,7 +243,15 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             return Err(format!("--bootstrap-voters does not list this node ({id})"));
         }
     }
+    let bootstrap_shards = ShardCount::new(o.bootstrap_shards.take().unwrap_or(1))
+        .map_err(|e| format!("--bootstrap-shards: {e}"))?;
+    if bootstrap_shards.get() > 1 && bootstrap_voters.is_none() {
+        return Err("--bootstrap-shards needs --bootstrap-voters".into());
+    }
     let restore_from = o.restore_from.take();
+    if restore_from.is_some() && bootstrap_shards.get() > 1 {
+        return Err("--restore-from makes a single-shard cluster; drop --bootstrap-shards".into());
+    }
     if restore_from.is_some() && bootstrap_voters.is_none() {
         return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
@@ -274,6 +288,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         rocks,
         log_format,
         bootstrap_voters,
+        bootstrap_shards,
         restore_from,
     })
 }
@@ -499,8 +514,8 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn Engine>, String> {
 }
 
 /// Initializes the cluster once, if this node is the one `--bootstrap-voters` names for it.
-async fn bootstrap_once(node: Arc<Node>, voters: BTreeMap<NodeId, String>) {
-    match bootstrap(node, voters, Duration::from_secs(1)).await {
+async fn bootstrap_once(node: Arc<Host>, voters: BTreeMap<NodeId, String>, shards: ShardCount) {
+    match bootstrap(node, voters, shards, Duration::from_secs(1)).await {
         Bootstrapped::Initialized => tracing::info!("bootstrap: initialized the cluster"),
         Bootstrapped::AlreadyMember => tracing::info!("bootstrap: already a member"),
         Bootstrapped::PeerHasCluster(peer) => tracing::warn!(
@@ -511,16 +526,28 @@ async fn bootstrap_once(node: Arc<Node>, voters: BTreeMap<NodeId, String>) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT, then hands leadership over if this node leads.
-async fn hand_off_on_signal(node: Arc<Node>) {
+/// Waits for SIGTERM or SIGINT, then hands over the leadership of every group this node leads,
+/// all at once.
+async fn hand_off_on_signal(host: Arc<Host>) {
     shutdown_signal().await;
     tracing::info!("stopping");
-    match node.hand_off_leadership(HAND_OFF_WITHIN).await {
-        HandOff::NotLeader => {}
-        HandOff::HandedTo(successor) => {
-            tracing::info!(successor, "handed leadership over")
+    let groups = host.groups();
+    let hand_offs = groups.iter().map(|node| async move {
+        (
+            node.group(),
+            node.hand_off_leadership(HAND_OFF_WITHIN).await,
+        )
+    });
+    for (group, outcome) in futures_util::future::join_all(hand_offs).await {
+        match outcome {
+            HandOff::NotLeader => {}
+            HandOff::HandedTo(successor) => {
+                tracing::info!(group, successor, "handed leadership over")
+            }
+            HandOff::NoSuccessor(why) => {
+                tracing::warn!(group, %why, "leadership not handed over")
+            }
         }
-        HandOff::NoSuccessor(why) => tracing::warn!(%why, "leadership not handed over"),
     }
 }
 
@@ -546,7 +573,7 @@ async fn run(settings: Settings) -> Result<(), String> {
             .map_err(|e| e.to_string())?,
         ),
     };
-    let node = Node::start(settings.node, engine, transport)
+    let node = Host::start(settings.node, engine, transport)
         .await
         .map_err(|e| e.to_string())?;
     if let Some(tls) = &tls {
@@ -572,7 +599,11 @@ async fn run(settings: Settings) -> Result<(), String> {
         "chainstore-node serving"
     );
     if let Some(voters) = settings.bootstrap_voters.clone() {
-        tokio::spawn(bootstrap_once(Arc::clone(&node), voters));
+        tokio::spawn(bootstrap_once(
+            Arc::clone(&node),
+            voters,
+            settings.bootstrap_shards,
+        ));
     }
     let options = ServeOptions {
         header_read_timeout: limits.header_read_timeout,

@@ -31,7 +31,7 @@ use raft_store::raft::{NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use raft_store::wire::snapshot::{encode_chunk, SnapshotChunk};
 use raft_store::wire::{Message, STREAM_PROTOCOL};
 
-use chainstore_model::api::headers::CLUSTER_SECRET;
+use chainstore_model::api::headers::{CLUSTER_SECRET, GROUP};
 use chainstore_transport::{ExpectPeer, Transport, TransportError};
 
 use crate::raft_stream::{self, ClientStream};
@@ -86,20 +86,24 @@ pub struct Network {
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
     append_bytes_max: usize,
+    group: u32,
 }
 
 impl Network {
     /// A network over `transport` that authenticates with `credentials` and sends append RPCs
-    /// of at most `append_bytes_max` bytes (but always at least one entry).
+    /// of at most `append_bytes_max` bytes (but always at least one entry), for Raft group
+    /// `group`.
     pub fn new(
         transport: Arc<dyn Transport>,
         credentials: PeerCredentials,
         append_bytes_max: usize,
+        group: u32,
     ) -> Self {
         Self {
             transport,
             credentials,
             append_bytes_max,
+            group,
         }
     }
 }
@@ -113,6 +117,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.addr.clone(),
             transport: Arc::clone(&self.transport),
             credentials: self.credentials.clone(),
+            group: self.group,
             append_bytes_max: self.append_bytes_max,
             append_bytes: self.append_bytes_max,
             last_logged: None,
@@ -129,6 +134,8 @@ pub struct PeerClient {
     addr: String,
     transport: Arc<dyn Transport>,
     credentials: PeerCredentials,
+    /// The Raft group every RPC of this client is for.
+    group: u32,
     append_bytes_max: usize,
     /// The byte bound of the next append: `append_bytes_max`, or less after large appends
     /// failed (see the module's documentation).
@@ -165,6 +172,19 @@ enum ExchangeError {
 }
 
 impl PeerClient {
+    /// A POST of `path` to the peer, for this client's group: the group goes in a header,
+    /// except group 0's (absent means group 0, so a peer of a release before shards
+    /// understands it).
+    fn request(&self, path: &str) -> http::request::Builder {
+        let request = self
+            .credentials
+            .request(http::Method::POST, self.target, &self.addr, path);
+        match self.group {
+            0 => request,
+            group => request.header(GROUP, group.to_string()),
+        }
+    }
+
     async fn exchange(
         &self,
         path: &str,
@@ -172,8 +192,7 @@ impl PeerClient {
         option: &RPCOption,
     ) -> Result<Bytes, ExchangeError> {
         let request = self
-            .credentials
-            .request(http::Method::POST, self.target, &self.addr, path)
+            .request(path)
             .header(http::header::CONTENT_TYPE, "application/octet-stream")
             .body(body)?;
         let response = self.transport.send(request, option.hard_ttl()).await?;
@@ -221,6 +240,11 @@ impl PeerClient {
         let answer = match exchanged {
             Ok(answer) => answer,
             Err(ExchangeError::Transport(err @ TransportError::Unreachable(_))) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&err)))
+            }
+            // The peer does not run this group (yet: a node starts its groups when it takes
+            // the cluster's layout): retried after a back-off, like a peer that is down.
+            Err(err @ ExchangeError::Status { status: 404, .. }) => {
                 return Err(RPCError::Unreachable(Unreachable::new(&err)))
             }
             Err(err) => return Err(RPCError::Network(NetworkError::new(&err))),
@@ -292,13 +316,7 @@ impl PeerClient {
         }
         self.next_open_at = None;
         let request = self
-            .credentials
-            .request(
-                http::Method::POST,
-                self.target,
-                &self.addr,
-                raft_stream::PATH,
-            )
+            .request(raft_stream::PATH)
             .header(http::header::CONNECTION, "upgrade")
             .header(http::header::UPGRADE, STREAM_PROTOCOL)
             .body(Bytes::new());
@@ -344,7 +362,13 @@ impl PeerClient {
             return;
         }
         self.last_logged = Some(now);
-        tracing::warn!(peer = self.target, addr = %self.addr, %err, "a raft RPC to a peer failed");
+        tracing::warn!(
+            peer = self.target,
+            addr = %self.addr,
+            group = self.group,
+            %err,
+            "a raft RPC to a peer failed"
+        );
     }
 }
 

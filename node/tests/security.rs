@@ -241,6 +241,8 @@ async fn every_route_answers_every_credential_as_the_table_says_and_refusals_cha
         (Needs::Peer, "POST", "/raft/pre-vote", json!({})),
         (Needs::Peer, "POST", "/raft/snapshot", json!({})),
         (Needs::Peer, "POST", "/raft/transfer-leader", json!({})),
+        // Admitted, then 400: not a layout.
+        (Needs::Peer, "POST", "/raft/layout", json!({})),
         // Admitted, then 400: a request without the upgrade's headers.
         (Needs::Peer, "POST", "/raft/stream", json!({})),
     ];
@@ -410,6 +412,7 @@ async fn only_members_with_the_clusters_certificates_can_vote_append_or_install_
             .unwrap(),
         ),
         ("/raft/stream", Vec::new()),
+        ("/raft/layout", b"{}".to_vec()),
     ] {
         let response = stranger
             .post(c.url(target, path))

@@ -17,7 +17,7 @@ use std::time::Duration;
 use certs::{Ca, Pem};
 use chainstore_client::{Client, ClientError, ReadOptions, RetryPolicy};
 use chainstore_model::{AppendRequest, EventId, ExecutionId, Guarded};
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Tokens};
+use chainstore_node::{app, ClientAuth, Host, NodeConfig, PeerAuth, Tokens};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, TlsFiles};
 use chainstore_transport::Role;
@@ -30,7 +30,7 @@ struct TlsCluster {
     urls: Vec<String>,
     ca: Ca,
     dir: tempfile::TempDir,
-    _nodes: Vec<Arc<Node>>,
+    _nodes: Vec<Arc<Host>>,
 }
 
 impl TlsCluster {
@@ -72,7 +72,7 @@ impl TlsCluster {
                 RocksEngine::open(&RocksOptions::new(dir.path().join(format!("data-{id}"))))
                     .unwrap(),
             );
-            let node = Node::start(config, engine, tls.peer_transport())
+            let node = Host::start(config, engine, tls.peer_transport())
                 .await
                 .unwrap();
             let options = ServeOptions {
@@ -90,7 +90,12 @@ impl TlsCluster {
             ));
             nodes.push(node);
         }
-        nodes[0].initialize(members.clone()).await.unwrap();
+        nodes[0]
+            .first()
+            .unwrap()
+            .initialize(members.clone())
+            .await
+            .unwrap();
         let urls = members.values().map(|a| format!("https://{a}")).collect();
         let cluster = Self {
             urls,

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret, Tokens};
+use chainstore_node::{app, ClientAuth, Host, Node, NodeConfig, PeerAuth, Secret, Tokens};
 use chainstore_transport::{ReqwestTransport, Role, TransportOptions};
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use tokio::sync::oneshot;
@@ -32,6 +32,8 @@ pub fn transport_reading(bytes: usize) -> ReqwestTransport {
 }
 
 struct Running {
+    host: Arc<Host>,
+    /// The node's one group (these clusters have one shard).
     node: Arc<Node>,
     stop: oneshot::Sender<()>,
     server: JoinHandle<()>,
@@ -46,6 +48,8 @@ pub enum Formation {
     Bootstrap,
     /// Every node's store is restored from a backup first; nothing is initialized.
     Restore,
+    /// Node 1 makes a cluster of this many shards.
+    Sharded(u32),
 }
 
 pub struct InProcCluster {
@@ -118,11 +122,12 @@ impl InProcCluster {
             let transport = Arc::new(transport_reading(
                 config.limits.peer_response_bytes_max.min(64 << 20),
             ));
-            let node = Node::start(config, engine, transport)
+            let host = Host::start(config, engine, transport)
                 .await
                 .expect("start node");
+            let node = host.first().expect("a group");
             let (stop, stopped) = oneshot::channel::<()>();
-            let router = app(Arc::clone(&node));
+            let router = app(Arc::clone(&host));
             let server = tokio::spawn(async move {
                 let _ = axum::serve(listener, router)
                     .with_graceful_shutdown(async move {
@@ -130,7 +135,15 @@ impl InProcCluster {
                     })
                     .await;
             });
-            running.insert(id, Running { node, stop, server });
+            running.insert(
+                id,
+                Running {
+                    host,
+                    node,
+                    stop,
+                    server,
+                },
+            );
         }
         let members: BTreeMap<u64, String> =
             addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
@@ -140,8 +153,9 @@ impl InProcCluster {
                 let mut outcomes = Vec::new();
                 for r in running.values() {
                     outcomes.push(tokio::spawn(chainstore_node::bootstrap(
-                        Arc::clone(&r.node),
+                        Arc::clone(&r.host),
                         members.clone(),
+                        chainstore_model::ShardCount::ONE,
                         Duration::from_millis(100),
                     )));
                 }
@@ -155,6 +169,19 @@ impl InProcCluster {
                 }
             }
             Formation::Restore => {}
+            Formation::Sharded(shards) => {
+                let layout = chainstore_model::Layout::new(
+                    members,
+                    chainstore_model::ShardCount::new(shards).expect("a shard count"),
+                    (n as usize).min(3),
+                )
+                .expect("a layout");
+                running[&1]
+                    .host
+                    .make_sharded(layout)
+                    .await
+                    .expect("sharded");
+            }
         }
         let cluster = Self {
             addrs,
@@ -165,7 +192,13 @@ impl InProcCluster {
         cluster
     }
 
-    /// A running node.
+    /// A running node as a cluster member (all of its groups).
+    #[allow(dead_code)]
+    pub fn host(&self, id: u64) -> Arc<Host> {
+        Arc::clone(&self.running[&id].host)
+    }
+
+    /// A running node's one group.
     pub fn node(&self, id: u64) -> Arc<Node> {
         Arc::clone(&self.running[&id].node)
     }
@@ -195,7 +228,7 @@ impl InProcCluster {
     pub async fn stop(&mut self, id: u64) {
         if let Some(r) = self.running.remove(&id) {
             let _ = r.stop.send(());
-            r.node.shutdown().await;
+            r.host.shutdown().await;
             let _ = r.server.await;
         }
     }

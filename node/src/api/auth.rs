@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use chainstore_transport::{CertificateIdentity, Identity, Role};
 
 use super::error::ApiError;
-use crate::node::Node;
+use crate::host::Host;
 use crate::security::PeerAuth;
 use chainstore_model::api::headers::CLUSTER_SECRET;
 
@@ -78,7 +78,7 @@ impl From<Refusal> for ApiError {
 }
 
 fn authenticate(
-    node: &Node,
+    node: &Host,
     headers: &HeaderMap,
     connection: &Connection,
 ) -> Result<Caller, Refusal> {
@@ -121,7 +121,7 @@ fn authenticate(
     Ok(Caller::Anonymous)
 }
 
-fn authorize(node: &Node, caller: &Caller, access: Access) -> Result<(), Refusal> {
+fn authorize(node: &Host, caller: &Caller, access: Access) -> Result<(), Refusal> {
     match (access, caller) {
         (Access::Public, _) | (_, Caller::Peer(_)) => Ok(()),
         (Access::Peer, Caller::Anonymous) => Err(Refusal::Unauthenticated(
@@ -147,7 +147,7 @@ fn authorize(node: &Node, caller: &Caller, access: Access) -> Result<(), Refusal
 
 /// The middleware of a route with `access`: authenticates, authorizes, and only then runs it.
 pub async fn guard(
-    State((node, access)): State<(Arc<Node>, Access)>,
+    State((node, access)): State<(Arc<Host>, Access)>,
     request: Request,
     next: Next,
 ) -> Response {

@@ -4,9 +4,9 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use chainstore_model::api::{headers::LAST_LOG_INDEX, ReadQuery};
 use raft_store::raft::{begin_backup, BackupError};
 use tokio::sync::{mpsc, oneshot};
@@ -27,7 +27,7 @@ const PIECES_IN_FLIGHT: usize = 4;
 /// so a download costs a few MiB whatever the store's size; `x-chainstore-last-log-index` names
 /// the last entry it includes. A failure midway cuts the body short, and a cut file is refused
 /// by restore (it has no trailer).
-pub async fn save(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
+pub async fn save(Extension(node): Extension<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
     let outcome = async {
         let query: ReadQuery = parse_query(&uri)?;
         let barrier = read_barrier(&node, &uri, &headers, query, Relay::Streamed);

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use chainstore_model::api::{
     AppendAnswer, AppendBatchAnswer, AppendBatchBody, AppendedEvent, ChainAnswer, ChainQuery,
@@ -175,7 +175,7 @@ pub(super) async fn read_barrier(
 
 /// `POST /v1/executions/{id}/events`
 pub async fn append(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -227,7 +227,7 @@ pub async fn append(
 
 /// `POST /v1/executions/{id}/populate`
 pub async fn populate(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -255,7 +255,7 @@ pub async fn populate(
 /// `POST /v1/executions/{id}/rebuild` (admin): the partition moved into a quarantine record and
 /// the execution rebuilt from the log sent.
 pub async fn rebuild(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -284,7 +284,7 @@ pub async fn rebuild(
 
 /// `POST /v1/executions/{id}/replicated`
 pub async fn replicated(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -351,7 +351,7 @@ where
 /// partition is checked in one view before anything is served; a page also names the chain's
 /// extent in that view (`through_seq`) and where the next page starts (`next_from_seq`).
 pub async fn chain(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -391,7 +391,7 @@ pub async fn chain(
 
 /// `GET /v1/executions/{id}/chain/raw` — unguarded, for diagnosis; whole or by pages.
 pub async fn chain_raw(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -419,7 +419,7 @@ pub async fn chain_raw(
 
 /// `GET /v1/executions/{id}/state`
 pub async fn state(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -445,7 +445,7 @@ pub async fn state(
 
 /// `GET /v1/executions/{id}/quarantine` — the execution's quarantine records, oldest first.
 pub async fn quarantine_list(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams(id): PathParams<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -471,7 +471,7 @@ pub async fn quarantine_list(
 /// `GET /v1/executions/{id}/quarantine/{number}` — one record and a page of the events it
 /// holds (`from_seq`, `limit` as for a chain read).
 pub async fn quarantine_page(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams((id, number)): PathParams<(String, String)>,
     uri: Uri,
     headers: HeaderMap,
@@ -516,7 +516,7 @@ pub async fn quarantine_page(
 
 /// `GET /v1/executions/{id}/events/{event_id}`
 pub async fn event(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     PathParams((id, event)): PathParams<(String, String)>,
     uri: Uri,
     headers: HeaderMap,
@@ -537,7 +537,11 @@ pub async fn event(
 }
 
 /// `GET /v1/changes?after=N&limit=M`
-pub async fn changes(State(node): State<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
+pub async fn changes(
+    Extension(node): Extension<Arc<Node>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let page_max = node.config().limits.changes_page_max;
     read(&node, &uri, &headers, |query: ChangesQuery, _| {
         let limit = query.limit.unwrap_or(1_000);

@@ -40,6 +40,35 @@ pub async fn forward(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
+    relay_to(node, leader, method, uri, headers, body, true).await
+}
+
+/// Sends a request about a shard that `node`'s group is not (this node holds no replica of it)
+/// to `replica`, one of that shard's, and relays its answer. `replica` serves it when it leads
+/// the shard, and refuses it with a retryable `no_leader` otherwise (a forwarded request is not
+/// forwarded again); a client that knows the shard's leader goes there instead.
+pub async fn forward_to_shard(
+    node: &Arc<Node>,
+    replica: Leader,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    relay_to(node, Some(replica), method, uri, headers, body, false).await
+}
+
+/// Sends the request to `leader` and relays its answer; with `watch`, gives it up once `node`
+/// stops naming `leader` as its group's leader.
+async fn relay_to(
+    node: &Arc<Node>,
+    leader: Option<Leader>,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    watch: bool,
+) -> Response {
     let (leader, request) = match forwarded_request(node, leader, method, uri, headers, body) {
         Ok(forwarded) => forwarded,
         Err(refusal) => return refusal,
@@ -47,9 +76,16 @@ pub async fn forward(
     let sending = node
         .transport()
         .send(request, node.config().limits.forward_timeout);
+    let watching = async {
+        if watch {
+            no_longer_named(node, leader.id).await
+        } else {
+            std::future::pending().await
+        }
+    };
     let answer = match tokio::select! {
         answer = sending => answer,
-        () = no_longer_named(node, leader.id) => return leader_replaced(&leader),
+        () = watching => return leader_replaced(&leader),
     } {
         Ok(answer) => answer,
         Err(TransportError::TooLarge { limit }) => {

@@ -21,6 +21,7 @@ use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use chainstore_transport::Role;
 
+use crate::host::{Host, LAYOUT_PATH};
 use crate::node::Node;
 use auth::{guard, Access};
 use capacity::{admit, Capacity};
@@ -33,7 +34,7 @@ pub(crate) struct Route {
     pub path: &'static str,
     pub access: Access,
     pub doc: Doc,
-    pub handler: MethodRouter<Arc<Node>>,
+    pub handler: MethodRouter<Arc<Host>>,
 }
 
 /// Every route of the API, with who may call it (the README's table of routes and roles is this
@@ -87,6 +88,7 @@ pub(crate) fn routes() -> Vec<Route> {
         route("POST", "/raft/pre-vote", Access::Peer, doc("Raft pre-vote: would this member vote for the candidate (nothing stored, no term change).", None, peer_rpc(), peer_rpc()), post(raft::pre_vote)),
         route("POST", "/raft/snapshot", Access::Peer, doc("One chunk of a Raft snapshot; the last one installs it.", None, peer_rpc(), peer_rpc()), post(raft::snapshot)),
         route("POST", "/raft/transfer-leader", Access::Peer, doc("The leader hands its leadership over: the member it names campaigns.", None, peer_rpc(), peer_rpc()), post(raft::transfer_leader)),
+        route("POST", LAYOUT_PATH, Access::Peer, doc("Takes the cluster's layout (`cluster init` with several shards): stored, then this member runs the groups it places here.", None, Json(s::<serde_json::Value>), Json(s::<InitAnswer>)), post(cluster::take_layout)),
         route("POST", "/raft/stream", Access::Peer, doc("Upgrades the connection to the append stream (`upgrade: chainstore-raft-append/1`): AppendEntries as frames, one connection per leader and follower.", None, Content::None, peer_rpc()), post(raft::stream)),
     ]
 }
@@ -121,12 +123,17 @@ pub fn route_table() -> Vec<(&'static str, &'static str, Access)> {
 ///
 /// The routes come from [`routes`], grouped by who may call them; each group's guard runs before
 /// any handler reads a body.
-pub fn app(node: Arc<Node>) -> Router {
-    let guarded = |access: Access, routes: Router<Arc<Node>>| {
-        routes.route_layer(middleware::from_fn_with_state(
-            (Arc::clone(&node), access),
-            guard,
-        ))
+pub fn app(host: Arc<Host>) -> Router {
+    let guarded = |access: Access, routes: Router<Arc<Host>>| {
+        routes
+            .route_layer(middleware::from_fn_with_state(
+                Arc::clone(&host),
+                select_group,
+            ))
+            .route_layer(middleware::from_fn_with_state(
+                (Arc::clone(&host), access),
+                guard,
+            ))
     };
     let (mut read, mut write, mut admin) = (Router::new(), Router::new(), Router::new());
     let (mut peer, mut public) = (Router::new(), Router::new());
@@ -141,8 +148,8 @@ pub fn app(node: Arc<Node>) -> Router {
         *group = std::mem::take(group).route(route.path, route.handler);
     }
     // Clients and peers are admitted apart: a client flood never queues a heartbeat.
-    let limits = &node.config().limits;
-    let metrics = Arc::clone(node.metrics());
+    let limits = &host.config().limits;
+    let metrics = Arc::clone(host.metrics());
     let clients = Capacity::new(
         "client",
         limits.concurrency_max,
@@ -168,8 +175,142 @@ pub fn app(node: Arc<Node>) -> Router {
         .merge(public)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(Arc::clone(&node), deadline))
-        .with_state(node)
+        .layer(middleware::from_fn_with_state(Arc::clone(&host), deadline))
+        .with_state(host)
+}
+
+/// Hands the handler the group its request is for (`Extension<Arc<Node>>`), after the guard
+/// admitted the caller: a Raft RPC's group from its `x-chainstore-group` header (absent: group 0),
+/// an execution's from the shard of its id, the change feed's from its `shard` parameter, and
+/// anything else the node's first group.
+async fn select_group(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    match pick_group(&host, &mut parts).await {
+        Ok(Picked::Here(node)) => {
+            parts.extensions.insert(node);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Ok(Picked::Elsewhere(shard)) => elsewhere(&host, shard, parts, body).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// The group a request is for: this node's replica of it, or a shard this node holds none of.
+enum Picked {
+    Here(Arc<Node>),
+    Elsewhere(u32),
+}
+
+/// A request about an execution of shard `shard`, which this node holds no replica of: sent on
+/// to the shard's preferred leader ([`forward::forward_to_shard`]).
+async fn elsewhere(
+    host: &Arc<Host>,
+    shard: u32,
+    parts: axum::http::request::Parts,
+    body: axum::body::Body,
+) -> Response {
+    let outcome = async {
+        let (Some(node), Some(layout)) = (host.first(), host.layout()) else {
+            return Err(ApiError::unavailable("this node is stopping"));
+        };
+        let replica = layout
+            .placement()
+            .shard(chainstore_model::ShardId(shard))
+            .and_then(|replicas| {
+                let id = replicas.leader;
+                Some(crate::errors::Leader {
+                    id,
+                    addr: layout.nodes().get(&id)?.clone(),
+                })
+            })
+            .ok_or_else(|| ApiError::internal(format!("the layout places no shard {shard}")))?;
+        let bytes =
+            extract::read_body(&parts.headers, body, host.config().limits.body_bytes_max).await?;
+        Ok(forward::forward_to_shard(
+            &node,
+            replica,
+            parts.method.clone(),
+            &parts.uri,
+            &parts.headers,
+            bytes,
+        )
+        .await)
+    };
+    outcome.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn pick_group(
+    host: &Arc<Host>,
+    parts: &mut axum::http::request::Parts,
+) -> Result<Picked, ApiError> {
+    use axum::extract::{FromRequestParts, RawPathParams};
+    use chainstore_model::api::{headers::GROUP, ChangesQuery};
+    let path = parts.uri.path();
+    if path.starts_with("/raft/") && path != LAYOUT_PATH {
+        let group = match parts.headers.get(GROUP) {
+            None => 0,
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid_input(format!("{GROUP} must be a group number"))
+                })?,
+        };
+        return host
+            .group(group)
+            .map(Picked::Here)
+            .ok_or_else(|| ApiError::not_found(format!("group {group} is not on this node")));
+    }
+    let execution = path.starts_with("/v1/executions/");
+    let shard = if execution {
+        let params = RawPathParams::from_request_parts(parts, &()).await.ok();
+        let id = params
+            .as_ref()
+            .and_then(|p| p.iter().find(|(name, _)| *name == "id"))
+            .and_then(|(_, id)| chainstore_model::ExecutionId::new(id).ok());
+        // A bad id is refused by the handler, in the first group.
+        id.map(|id| host.shards().shard_of(&id).0)
+    } else if path == "/v1/snapshot" && host.shards().get() > 1 {
+        // A backup of one group would pass for the cluster's.
+        return Err(ApiError::invalid_input(format!(
+            "this cluster has {} shards; a backup of a sharded cluster is not supported yet",
+            host.shards().get()
+        )));
+    } else if path == "/v1/changes" {
+        let shards = host.shards().get();
+        match extract::parse_query::<ChangesQuery>(&parts.uri)?.shard {
+            Some(shard) if shard >= shards => {
+                return Err(ApiError::invalid_input(format!(
+                    "this cluster has {shards} shards, numbered from 0"
+                )))
+            }
+            Some(shard) => Some(shard),
+            None if shards == 1 => None,
+            None => {
+                return Err(ApiError::invalid_input(format!(
+                    "this cluster has {shards} shards, each with a change feed of its own: \
+                     name one with shard="
+                )))
+            }
+        }
+    } else {
+        None
+    };
+    match shard {
+        Some(shard) => match host.group(shard) {
+            Some(node) => Ok(Picked::Here(node)),
+            None if execution => Ok(Picked::Elsewhere(shard)),
+            None => Err(ApiError::no_leader(format!(
+                "shard {shard} has no replica on this node; ask one of its replicas (GET \
+                 /v1/cluster on any node names them)"
+            ))),
+        },
+        None => host
+            .first()
+            .map(Picked::Here)
+            .ok_or_else(|| ApiError::unavailable("this node is stopping")),
+    }
 }
 
 async fn not_found() -> Response {
@@ -181,8 +322,8 @@ async fn method_not_allowed() -> Response {
 }
 
 /// Bounds every request by the configured deadline.
-async fn deadline(State(node): State<Arc<Node>>, request: Request, next: Next) -> Response {
-    let limit = node.config().limits.request_timeout;
+async fn deadline(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
+    let limit = host.config().limits.request_timeout;
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::unavailable(format!("no answer within {limit:?}")).into_response(),

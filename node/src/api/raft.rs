@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use openraft::errors::RaftError;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use raft_store::raft::TypeConfig;
@@ -49,7 +49,11 @@ fn answer<M: Message>(answer: &M) -> Result<Response, ApiError> {
 }
 
 /// `POST /raft/append` — one AppendEntries in its binary framing.
-pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn append(
+    Extension(node): Extension<Arc<Node>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let request: AppendEntriesRequest<TypeConfig> = decode(&bytes, "append request")?;
@@ -63,7 +67,11 @@ pub async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bod
 }
 
 /// `POST /raft/vote`
-pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn vote(
+    Extension(node): Extension<Arc<Node>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let request: VoteRequest<TypeConfig> = decode(&bytes, "vote request")?;
@@ -74,7 +82,11 @@ pub async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body)
 
 /// `POST /raft/pre-vote` — would this node vote for the candidate? Answered from its state;
 /// nothing is stored and its term does not change.
-pub async fn pre_vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn pre_vote(
+    Extension(node): Extension<Arc<Node>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let request: VoteRequest<TypeConfig> = decode(&bytes, "pre-vote request")?;
@@ -86,7 +98,7 @@ pub async fn pre_vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: B
 /// `POST /raft/transfer-leader` — the leader hands its leadership over: the node it names
 /// campaigns once its log holds the leader's, the others stop waiting out the leader's lease.
 pub async fn transfer_leader(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -105,7 +117,11 @@ pub async fn transfer_leader(
 
 /// `POST /raft/snapshot` — one chunk of a snapshot (`raft_store::wire::snapshot`); the last one
 /// installs it ([`Node::receive_snapshot`]).
-pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn snapshot(
+    Extension(node): Extension<Arc<Node>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let outcome = async {
         let bytes = body_bytes(&node, &headers, body).await?;
         let (header, data) = decode_chunk(&bytes)
@@ -123,7 +139,7 @@ pub async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: B
 /// peer was admitted like any `/raft/*` request. 400 without the upgrade's headers, 503 when
 /// [`raft_stream::STREAMS_MAX`] streams are open.
 pub async fn stream(
-    State(node): State<Arc<Node>>,
+    Extension(node): Extension<Arc<Node>>,
     mut request: axum::extract::Request,
 ) -> Response {
     let asked = request

@@ -60,6 +60,29 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Asks `target` to take this group's leadership over when this node leads it, is not
+    /// handing it off, and `target` has matched the whole log (a group that is behind is never
+    /// moved). True when it was asked.
+    pub(crate) async fn move_leadership_to(&self, target: NodeId) -> bool {
+        if self.handing_off.load(Ordering::SeqCst) {
+            return false;
+        }
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.config.id) {
+            return false;
+        }
+        let caught_up = m.last_log_index.is_some_and(|last| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&target))
+                .and_then(|matched| matched.as_ref())
+                .is_some_and(|matched| matched.index >= last)
+        });
+        caught_up && self.raft.trigger().transfer_leader(target).await.is_ok()
+    }
+}
+
 /// The voter other than `me` whose replication has matched the leader's whole log, if any.
 fn caught_up_voter(metrics: &NodeMetrics, me: NodeId) -> Option<NodeId> {
     let last = metrics.last_log_index?;

@@ -20,6 +20,8 @@ mod snapshot;
 mod start;
 mod write;
 
+pub use start::Shared;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
@@ -43,6 +45,8 @@ use snapshot::Receiving;
 /// One running cluster member.
 pub struct Node {
     config: NodeConfig,
+    /// The Raft group (the shard) this is the replica of.
+    group: u32,
     raft: NodeRaft,
     /// The state machine Raft applies to (a handle: snapshots are received through it).
     state_machine: StateMachine<GroupStorage>,
@@ -79,6 +83,11 @@ impl Node {
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.config.id
+    }
+
+    /// The Raft group (the shard) this is this node's replica of.
+    pub fn group(&self) -> u32 {
+        self.group
     }
 
     /// The configuration the node runs with.
@@ -130,6 +139,18 @@ impl Node {
         let metrics = metrics.borrow_watched();
         let membership = metrics.membership_config.membership();
         membership.nodes().next().is_none() || membership.get_node(&id).is_some()
+    }
+
+    /// Whether this replica's group has voters: it was initialized, or a leader added it.
+    pub fn is_member(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .next()
+            .is_some()
     }
 
     /// Outcome counters.

@@ -1,4 +1,5 @@
-//! Starting a node: the store opened on its engine, Raft started over it, the proposer and the
+//! Starting one Raft group of a node: what the node's groups share ([`Shared`]), the group's
+//! store opened on its keyspace of the shared engine, Raft started over it, the proposer and the
 //! watch that stops Raft when the storage fails.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -21,46 +22,87 @@ use crate::raft_types::NodeRaft;
 use crate::watched::{StorageHealth, WatchedEngine};
 use chainstore_transport::Transport;
 
-impl Node {
-    /// Opens the store on `engine` and starts Raft. The node is not part of a cluster until
-    /// [`Node::initialize`] runs on one node, or a leader adds it.
-    pub async fn start(
-        config: NodeConfig,
+/// What every Raft group of a node shares: the engine and its one log flush path, the
+/// transport and the peer credential, the counters, the storage health and the slots of the
+/// append streams the node serves.
+#[derive(Clone)]
+pub struct Shared {
+    pub(crate) engine: Arc<WatchedEngine>,
+    flusher: LogFlusher,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) peer_credentials: PeerCredentials,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) health: Arc<StorageHealth>,
+    raft_streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl Shared {
+    /// The shared parts of a node over `engine` and `transport`.
+    pub fn new(
+        config: &NodeConfig,
         engine: Arc<dyn Engine>,
         transport: Arc<dyn Transport>,
-    ) -> Result<Arc<Node>, StartError> {
-        let store_config = store_config(&config);
+    ) -> Self {
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(StorageHealth::default());
-        let shared = Arc::new(WatchedEngine::new(
+        let engine = Arc::new(WatchedEngine::new(
             engine,
             Arc::clone(&metrics),
             Arc::clone(&health),
         ));
         // The node's one flush path: every group's log store syncs through it.
-        let flusher = LogFlusher::start(Arc::clone(&shared), config.log_flush);
-        // Group 0, the one group a node runs today: the unprefixed keys of a single-group store.
-        let engine = Arc::new(GroupEngine::new(shared, 0));
+        let flusher = LogFlusher::start(Arc::clone(&engine), config.log_flush);
+        Self {
+            engine,
+            flusher,
+            transport,
+            peer_credentials: PeerCredentials::new(&config.peer_auth),
+            metrics,
+            health,
+            raft_streams: Arc::new(tokio::sync::Semaphore::new(raft_stream::STREAMS_MAX)),
+        }
+    }
+}
+
+impl Node {
+    /// Opens group `group`'s store in the shared engine and starts its Raft. The group is not
+    /// part of a cluster until [`Node::initialize`] runs on one of its members, or a leader
+    /// adds this one.
+    pub async fn start(
+        config: NodeConfig,
+        shared: &Shared,
+        group: u32,
+    ) -> Result<Arc<Node>, StartError> {
+        let store_config = store_config(&config);
+        // Group 0 is the unprefixed keyspace of a single-group store.
+        let engine = Arc::new(GroupEngine::new(Arc::clone(&shared.engine), group));
         let entry_bytes_max = store_config.populate_batch_bytes_max;
         let store = Arc::new(ChainStore::open(Arc::clone(&engine), store_config)?);
-        let log_store = LogStore::with_flusher(Arc::clone(&engine), &flusher);
+        let log_store = LogStore::with_flusher(Arc::clone(&engine), &shared.flusher);
         let state_machine = match &config.snapshot_dir {
-            Some(dir) => StateMachine::with_snapshot_dir(
-                Arc::clone(&store),
-                SnapshotDir::open(dir).map_err(|e| {
-                    StartError::Raft(format!("cannot open the snapshot directory {dir:?}: {e}"))
-                })?,
-            ),
+            Some(dir) => {
+                // Group 0 keeps the directory a single-group node used.
+                let dir = match group {
+                    0 => dir.clone(),
+                    g => dir.join(format!("group-{g}")),
+                };
+                StateMachine::with_snapshot_dir(
+                    Arc::clone(&store),
+                    SnapshotDir::open(&dir).map_err(|e| {
+                        StartError::Raft(format!("cannot open the snapshot directory {dir:?}: {e}"))
+                    })?,
+                )
+            }
             None => StateMachine::new(Arc::clone(&store)),
         };
-        let peer_credentials = PeerCredentials::new(&config.peer_auth);
         let network = Network::new(
-            Arc::clone(&transport),
-            peer_credentials.clone(),
+            Arc::clone(&shared.transport),
+            shared.peer_credentials.clone(),
             config
                 .limits
                 .append_rpc_bytes_max
                 .min(config.limits.raft_body_bytes_max),
+            group,
         );
         let raft_config = Arc::new(config.openraft_config()?);
         let raft = Raft::new(
@@ -83,25 +125,27 @@ impl Node {
         );
         tokio::spawn(stop_on_storage_failure(
             raft.clone(),
-            Arc::clone(&health),
+            Arc::clone(&shared.health),
             config.id,
+            group,
         ));
         Ok(Arc::new(Node {
             config,
+            group,
             raft,
             state_machine,
             receiving: tokio::sync::Mutex::new(None),
             heard: Arc::default(),
             store,
             latches: Latches::default(),
-            transport,
-            peer_credentials,
-            metrics,
-            health,
+            transport: Arc::clone(&shared.transport),
+            peer_credentials: shared.peer_credentials.clone(),
+            metrics: Arc::clone(&shared.metrics),
+            health: Arc::clone(&shared.health),
             handing_off: AtomicBool::new(false),
             proposing: AtomicUsize::new(0),
             proposer,
-            raft_streams: Arc::new(tokio::sync::Semaphore::new(raft_stream::STREAMS_MAX)),
+            raft_streams: Arc::clone(&shared.raft_streams),
         }))
     }
 }
@@ -124,10 +168,16 @@ fn store_config(config: &NodeConfig) -> StoreConfig {
 }
 
 /// A storage failure stops Raft: this node no longer votes, appends or acknowledges.
-async fn stop_on_storage_failure(stopping: NodeRaft, watching: Arc<StorageHealth>, id: NodeId) {
+async fn stop_on_storage_failure(
+    stopping: NodeRaft,
+    watching: Arc<StorageHealth>,
+    id: NodeId,
+    group: u32,
+) {
     let failure = watching.failed().await;
     tracing::error!(
         node = id,
+        group,
         %failure,
         "storage failed: Raft stops on this node (no votes, no appends, no answers) until \
          it is restarted on a sound disk"

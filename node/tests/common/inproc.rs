@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainstore_node::{app, ClientAuth, Node, NodeConfig, PeerAuth, Secret, Tokens};
+use chainstore_node::{app, ClientAuth, Host, Node, NodeConfig, PeerAuth, Secret, Tokens};
 use chainstore_transport::{ReqwestTransport, TransportOptions};
 use raft_store::MemEngine;
 use serde_json::{json, Value};
@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 const SECRET: &str = "storage-fault-test-cluster-secret";
 
 pub struct Member {
+    host: Arc<Host>,
+    /// The node's one group (these clusters have one shard).
     node: Arc<Node>,
     stop: oneshot::Sender<()>,
     server: JoinHandle<()>,
@@ -36,10 +38,10 @@ impl Cluster {
         Self::start_with(|_| {}).await
     }
 
-    /// Three nodes whose configuration `tune` adjusts, initialized as one cluster.
-    pub async fn start_with(tune: fn(&mut NodeConfig)) -> Self {
+    /// `n` nodes whose configuration `tune` adjusts, not yet a cluster.
+    async fn unformed(n: u64, tune: fn(&mut NodeConfig)) -> Self {
         let mut listeners = BTreeMap::new();
-        for id in 1..=3u64 {
+        for id in 1..=n {
             listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
         }
         let addrs: BTreeMap<u64, SocketAddr> = listeners
@@ -48,7 +50,7 @@ impl Cluster {
             .collect();
         let mut cluster = Self {
             addrs,
-            engines: (1..=3).map(|id| (id, MemEngine::new())).collect(),
+            engines: (1..=n).map(|id| (id, MemEngine::new())).collect(),
             running: BTreeMap::new(),
             http: super::http_client(None, None, None),
             tune,
@@ -56,17 +58,49 @@ impl Cluster {
         for (id, listener) in listeners {
             cluster.serve(id, listener).await;
         }
-        let members = cluster
-            .addrs
-            .iter()
-            .map(|(id, a)| (*id, a.to_string()))
-            .collect();
+        cluster
+    }
+
+    /// Three nodes whose configuration `tune` adjusts, initialized as one cluster.
+    pub async fn start_with(tune: fn(&mut NodeConfig)) -> Self {
+        let cluster = Self::unformed(3, tune).await;
         cluster.running[&1]
             .node
-            .initialize(members)
+            .initialize(cluster.members())
             .await
             .expect("initialize");
         cluster
+    }
+
+    /// Three nodes made one cluster of `shards` shards by `POST /v1/cluster/init` on node 1.
+    #[allow(dead_code)]
+    pub async fn start_sharded(shards: u32) -> Self {
+        Self::start_sharded_on(3, shards).await
+    }
+
+    /// `n` nodes made one cluster of `shards` shards (three replicas each) by
+    /// `POST /v1/cluster/init` on node 1.
+    #[allow(dead_code)]
+    pub async fn start_sharded_on(n: u64, shards: u32) -> Self {
+        let cluster = Self::unformed(n, |_| {}).await;
+        let (status, body) = cluster
+            .call(
+                1,
+                "POST",
+                "/v1/cluster/init",
+                Some(json!({ "nodes": cluster.members(), "shards": shards })),
+            )
+            .await;
+        assert_eq!(status, 200, "init: {body}");
+        cluster
+    }
+
+    /// Every node's id and address.
+    pub fn members(&self) -> BTreeMap<u64, String> {
+        self.addrs
+            .iter()
+            .map(|(id, a)| (*id, a.to_string()))
+            .collect()
     }
 
     async fn serve(&mut self, id: u64, listener: TcpListener) {
@@ -87,9 +121,10 @@ impl Cluster {
                 .unwrap(),
         );
         let engine = Arc::new(self.engines[&id].clone());
-        let node = Node::start(config, engine, transport).await.expect("start");
+        let host = Host::start(config, engine, transport).await.expect("start");
+        let node = host.first().expect("a group");
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = app(Arc::clone(&node));
+        let router = app(Arc::clone(&host));
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
@@ -97,14 +132,22 @@ impl Cluster {
                 })
                 .await;
         });
-        self.running.insert(id, Member { node, stop, server });
+        self.running.insert(
+            id,
+            Member {
+                host,
+                node,
+                stop,
+                server,
+            },
+        );
     }
 
     /// Stops node `id` (server and Raft) as a crash would: its unsynced writes are lost.
     pub async fn crash(&mut self, id: u64) {
         let member = self.running.remove(&id).expect("running");
         let _ = member.stop.send(());
-        member.node.shutdown().await;
+        member.host.shutdown().await;
         let _ = member.server.await;
         self.engines[&id].clear_faults();
         self.engines[&id].crash();
@@ -116,8 +159,15 @@ impl Cluster {
         self.serve(id, listener).await;
     }
 
+    /// Node `id`'s first group (its only one in a single-shard cluster).
     pub fn node(&self, id: u64) -> &Arc<Node> {
         &self.running[&id].node
+    }
+
+    /// Node `id` with all of its groups.
+    #[allow(dead_code)]
+    pub fn host(&self, id: u64) -> &Arc<Host> {
+        &self.running[&id].host
     }
 
     /// The ready leader among `among`, waiting up to `within`.

@@ -12,6 +12,10 @@
 //! Afterwards every acknowledged append is read back at its sequence from both systems; the
 //! table is printed only when that check passes. CPU seconds are those of the three server
 //! processes of each system during each phase.
+//!
+//! With `--shards S` (S > 1) a second three-node chainstore, made with S shards, runs the same
+//! appends in the same run, between the other two; a table then sets its appends per second and
+//! CPU per append beside the single-shard cluster's, and says how many shards each node leads.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +54,12 @@ struct Args {
     /// The first etcd port (three client ports in a row, then three peer ports).
     #[arg(long, default_value_t = 7411)]
     etcd_port: u16,
+    /// Also measure a chainstore of this many shards beside the single-shard one (1: not).
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// The first port of the sharded chainstore (three in a row).
+    #[arg(long, default_value_t = 7421)]
+    sharded_port: u16,
 }
 
 /// What one phase of one system measured.
@@ -132,6 +142,29 @@ async fn run(args: Args) -> i32 {
             return 2;
         }
     }
+    let sharded_dir = dir.join("chainstore-sharded");
+    let mut sharded_cluster = None;
+    if args.shards > 1 {
+        let extra = vec!["--bootstrap-shards".to_string(), args.shards.to_string()];
+        let started = Cluster::new(
+            args.node_bin.clone(),
+            &sharded_dir,
+            args.sharded_port,
+            &[],
+            extra,
+        )
+        .and_then(|mut c| {
+            (1..=3).try_for_each(|id| c.start(id))?;
+            Ok(c)
+        });
+        match started {
+            Ok(c) => sharded_cluster = Some(c),
+            Err(e) => {
+                eprintln!("starting the sharded chainstore: {e}");
+                return 2;
+            }
+        }
+    }
     let mut etcd = match Etcd::start(&args.etcd_bin, &dir.join("etcd"), args.etcd_port) {
         Ok(etcd) => etcd,
         Err(e) => {
@@ -160,6 +193,25 @@ async fn run(args: Args) -> i32 {
             .map(|id| cluster.url(id))
             .collect(),
     };
+    let sharded = match &sharded_cluster {
+        None => None,
+        Some(c) => {
+            let urls = c.urls();
+            if !wait_ready(&urls, Duration::from_secs(60)).await {
+                eprintln!(
+                    "the sharded chainstore did not become ready; logs in {}",
+                    sharded_dir.display()
+                );
+                return 1;
+            }
+            Some(Chainstore {
+                client: Arc::new(cluster_client(&urls)),
+                pids: (1..=3).filter_map(|id| c.pid(id)).collect(),
+                leader_url: c.url(1),
+                follower_urls: Vec::new(),
+            })
+        }
+    };
     let etcd_client = match etcd.leader_client().await {
         Ok(client) => client,
         Err(e) => {
@@ -187,12 +239,24 @@ async fn run(args: Args) -> i32 {
     let mut acked_etcd: BTreeMap<String, Acked> = BTreeMap::new();
     let mut profile = Vec::new();
     let mut stages = Vec::new();
+    let mut acked_sharded: BTreeMap<String, Acked> = BTreeMap::new();
+    let mut shard_rows = Vec::new();
     for &w in &args.concurrency {
         let before = chainstore.counters().await;
         let (c, acked) = chainstore.appends(w, phase).await;
         profile.push((w, c.ops, chainstore.counters().await.since(before)));
         stages.push((w, c.percentile_ms(0.5), chainstore.entry_stages().await));
         acked_chainstore.extend(acked);
+        if let Some(sharded) = &sharded {
+            let (s, acked) = sharded.appends(w, phase).await;
+            eprintln!(
+                "append W={w}: chainstore of {} shards {:.0}/s",
+                args.shards,
+                s.rate()
+            );
+            acked_sharded.extend(acked);
+            shard_rows.push((w, c.rate(), c.cpu_us_per_op(), s));
+        }
         let (e, acked) = etcd_target.appends(w, phase).await;
         acked_etcd.extend(acked);
         eprintln!(
@@ -232,7 +296,22 @@ async fn run(args: Args) -> i32 {
 
     let checked_chainstore = chainstore.read_back(&acked_chainstore).await;
     let checked_etcd = etcd_target.read_back(&acked_etcd).await;
+    let mut checked_sharded = Ok(0);
+    let mut leads = BTreeMap::new();
+    if let (Some(sharded), Some(c)) = (&sharded, &sharded_cluster) {
+        checked_sharded = sharded.read_back(&acked_sharded).await;
+        leads = shards_led(&c.urls()).await;
+    }
     drop(cluster);
+    drop(sharded_cluster);
+    let checked_sharded = match checked_sharded {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("READ-BACK FAILED on the sharded chainstore: {why}");
+            eprintln!("no figures: an acknowledged write was not read back");
+            return 1;
+        }
+    };
     etcd.stop();
     let (checked_chainstore, checked_etcd) = match (checked_chainstore, checked_etcd) {
         (Ok(c), Ok(e)) => (c, e),
@@ -251,13 +330,27 @@ async fn run(args: Args) -> i32 {
         .iter()
         .any(|(_, _, c, e)| c.errors > 0 || e.errors > 0 || c.ops == 0 || e.ops == 0);
     print_table(&rows);
+    let sharded_failed = shard_rows
+        .iter()
+        .any(|(_, _, _, s)| s.errors > 0 || s.ops == 0);
+    if args.shards > 1 {
+        print_shards(args.shards, &shard_rows, &leads, checked_sharded);
+    }
     print_profile(&profile);
     print_stages(&stages);
     println!(
         "read back: chainstore {checked_chainstore} acknowledged appends, etcd {checked_etcd}, \
          each at its sequence"
     );
-    if failed {
+    for (w, _, _, s) in &shard_rows {
+        if let Some(error) = &s.first_error {
+            eprintln!(
+                "append W={w} sharded chainstore: {} errors, first: {error}",
+                s.errors
+            );
+        }
+    }
+    if failed || sharded_failed {
         for (kind, w, c, e) in &rows {
             for (system, phase) in [("chainstore", c), ("etcd", e)] {
                 if let Some(error) = &phase.first_error {
@@ -300,6 +393,62 @@ fn print_table(rows: &[(&str, usize, Phase, Phase)]) {
     println!(
         "CPU seconds of the three server processes over all phases: chainstore {c:.1}, etcd {e:.1}"
     );
+}
+
+/// The single-shard and the sharded chainstore's appends side by side, and the shards each node
+/// of the sharded one leads.
+fn print_shards(
+    shards: u32,
+    rows: &[(usize, f64, f64, Phase)],
+    leads: &BTreeMap<u64, usize>,
+    checked: usize,
+) {
+    println!();
+    println!("chainstore of 1 shard and of {shards} shards, the same appends in the same run:");
+    println!("| W | S=1 appends/s | S={shards} appends/s | S={shards}/S=1 | S=1 CPU µs/append | S={shards} CPU µs/append | S={shards} p50 ms | S={shards} p99 ms |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, one_rate, one_cpu, s) in rows {
+        println!(
+            "| {w} | {one_rate:.0} | {:.0} | {:.2}× | {one_cpu:.0} | {:.0} | {:.2} | {:.2} |",
+            s.rate(),
+            s.rate() / one_rate,
+            s.cpu_us_per_op(),
+            s.percentile_ms(0.5),
+            s.percentile_ms(0.99),
+        );
+    }
+    let led: Vec<String> = leads
+        .iter()
+        .map(|(node, n)| format!("n{node} {n}"))
+        .collect();
+    println!(
+        "shards led at the end: {}; read back: {checked} acknowledged appends of the sharded \
+         chainstore, each at its sequence",
+        led.join(", ")
+    );
+}
+
+/// How many shards each node leads, as the nodes' `/v1/cluster` say.
+async fn shards_led(urls: &[String]) -> BTreeMap<u64, usize> {
+    let mut leaders = BTreeMap::new();
+    for url in urls {
+        let Some((200, body)) = http_get(&format!("{url}/v1/cluster")).await else {
+            continue;
+        };
+        let Ok(view) = serde_json::from_str::<chainstore_model::api::ClusterStatus>(&body) else {
+            continue;
+        };
+        for group in view.groups {
+            if let Some(leader) = group.leader_id {
+                leaders.entry(group.shard).or_insert(leader);
+            }
+        }
+    }
+    let mut led = BTreeMap::new();
+    for leader in leaders.values() {
+        *led.entry(*leader).or_insert(0) += 1;
+    }
+    led
 }
 
 fn print_profile(profile: &[(usize, u64, Counters)]) {
@@ -362,6 +511,19 @@ fn leader_client(url: &str) -> Client {
         })
         .build()
         .expect("a client of a loopback URL")
+}
+
+/// A client of every node of a cluster: each shard's calls go to that shard's leader.
+fn cluster_client(urls: &[String]) -> Client {
+    Client::builder(urls.to_vec())
+        .retry_policy(RetryPolicy {
+            attempts_max: 3,
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
+            request_timeout: Duration::from_secs(5),
+        })
+        .build()
+        .expect("a client of loopback URLs")
 }
 
 /// User plus system CPU seconds of `pids` so far.

@@ -27,7 +27,8 @@ use chainstore_client::{
     Verdict,
 };
 use chainstore_model::{
-    api::Consistency, AppendRequest, EventId, ExecutionId, FromLog, Guarded, LogEvent,
+    api::{ClusterStatus, Consistency},
+    AppendRequest, EventId, ExecutionId, FromLog, Guarded, LogEvent,
 };
 use chainstore_populator::postgres::{PgLog, PgTable, PgTlsArgs, TableNames};
 use chainstore_populator::ConnectArgs;
@@ -574,11 +575,61 @@ async fn cluster_status(client: &Client, json: bool) -> Result<(), Failure> {
             ],
             &rows,
         );
+        print_shards(&views);
     }
     if views.iter().all(|(_, view, _)| view.is_err()) {
         return Err(Failure::unavailable("no node answered"));
     }
     Ok(())
+}
+
+/// A cluster of several shards: its shard count, then each node's view of each shard it holds
+/// (the table above shows each node's first shard).
+fn print_shards(views: &[(String, Result<ClusterStatus, String>, bool)]) {
+    let Some(shards) = views
+        .iter()
+        .filter_map(|(_, view, _)| view.as_ref().ok())
+        .map(|v| v.shards)
+        .max()
+        .filter(|shards| *shards > 1)
+    else {
+        return;
+    };
+    println!();
+    println!("shards: {shards}");
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .filter_map(|(_, view, _)| view.as_ref().ok())
+        .flat_map(|v| {
+            v.groups.iter().map(|g| {
+                vec![
+                    g.shard.to_string(),
+                    v.node_id.to_string(),
+                    g.state.to_string(),
+                    g.leader_id.map_or("-".into(), |l| l.to_string()),
+                    g.preferred_leader.map_or("-".into(), |l| l.to_string()),
+                    g.term.to_string(),
+                    g.last_log_index.to_string(),
+                    g.last_applied.to_string(),
+                ]
+            })
+        })
+        .collect();
+    let mut rows = rows;
+    rows.sort_by_key(|row| (row[0].parse::<u32>().ok(), row[1].parse::<u64>().ok()));
+    print_table(
+        &[
+            "shard",
+            "node",
+            "state",
+            "leader",
+            "preferred",
+            "term",
+            "last log",
+            "applied",
+        ],
+        &rows,
+    );
 }
 
 /// One line of a populate file.
