@@ -93,6 +93,50 @@ struct RaftGauges {
     applied_index: Gauge<i64, AtomicI64>,
 }
 
+/// A gauge per shard (label `shard`).
+type ShardGauge = Family<[(&'static str, String); 1], Gauge<i64, AtomicI64>>;
+
+/// The Raft state of every group this node runs, labelled by shard.
+struct ShardGauges {
+    term: ShardGauge,
+    leader_id: ShardGauge,
+    is_leader: ShardGauge,
+    last_log_index: ShardGauge,
+    applied_index: ShardGauge,
+}
+
+impl ShardGauges {
+    fn register(r: &mut Registry) -> Self {
+        let mut family = |name: &'static str, help: &'static str| {
+            let family = ShardGauge::default();
+            r.register(name, help, family.clone());
+            family
+        };
+        Self {
+            term: family(
+                "chainstore_shard_term",
+                "Each shard's current Raft term here.",
+            ),
+            leader_id: family(
+                "chainstore_shard_leader_id",
+                "Id of the leader of each shard this node knows (0 when none).",
+            ),
+            is_leader: family(
+                "chainstore_shard_is_leader",
+                "1 for each shard this node leads.",
+            ),
+            last_log_index: family(
+                "chainstore_shard_last_log_index",
+                "Index of the last entry in this node's log of each shard.",
+            ),
+            applied_index: family(
+                "chainstore_shard_applied_index",
+                "Index of the last entry this node applied of each shard.",
+            ),
+        }
+    }
+}
+
 /// The outcomes of a write, and after them every code of the API's error body (each value
 /// once): a failed write is counted by the code it is answered with.
 fn with_error_codes(outcomes: &[&'static str]) -> Vec<&'static str> {
@@ -148,6 +192,7 @@ pub struct Metrics {
     tls_not_after_unix: Gauge<i64, AtomicI64>,
     /// Quantiles of the time between consecutive stages of this node's latest entries.
     entry_stages: Family<[(&'static str, &'static str); 2], Gauge<f64, AtomicU64>>,
+    shards: ShardGauges,
 }
 
 impl Default for Metrics {
@@ -270,6 +315,7 @@ impl Default for Metrics {
              follower the first three coincide: its entries arrive by AppendEntries.",
             entry_stages.clone(),
         );
+        let shards = ShardGauges::register(&mut r);
         Self {
             registry: r,
             raft,
@@ -285,6 +331,7 @@ impl Default for Metrics {
             linearizable,
             tls_not_after_unix,
             entry_stages,
+            shards,
         }
     }
 }
@@ -399,6 +446,28 @@ impl Metrics {
     }
 
     /// The exposition ([`CONTENT_TYPE`]), Raft state included.
+    /// Sets the gauges of shard `shard` from its group's Raft metrics here.
+    pub fn set_shard(&self, shard: u32, raft: &RaftMetrics<raft_store::raft::TypeConfig>) {
+        let as_gauge = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let label = [("shard", shard.to_string())];
+        let g = &self.shards;
+        g.term
+            .get_or_create(&label)
+            .set(as_gauge(raft.current_term));
+        g.leader_id
+            .get_or_create(&label)
+            .set(as_gauge(raft.current_leader.unwrap_or(0)));
+        g.is_leader
+            .get_or_create(&label)
+            .set(i64::from(raft.state == ServerState::Leader));
+        g.last_log_index
+            .get_or_create(&label)
+            .set(as_gauge(raft.last_log_index.unwrap_or(0)));
+        g.applied_index.get_or_create(&label).set(as_gauge(
+            raft.last_applied.as_ref().map_or(0, |id| id.index),
+        ));
+    }
+
     pub fn render(
         &self,
         node_id: NodeId,
@@ -506,10 +575,19 @@ mod tests {
         m.set_tls_not_after(Some(1_900_000_000));
         let mut raft = RaftMetrics::new_initial(3);
         raft.current_term = 7;
+        m.set_shard(0, &raft);
+        let mut other = RaftMetrics::new_initial(3);
+        other.current_term = 2;
+        other.current_leader = Some(1);
+        m.set_shard(5, &other);
         let text = m.render(3, &raft);
         for line in [
             "chainstore_node_id 3",
             "chainstore_raft_term 7",
+            "chainstore_shard_term{shard=\"0\"} 7",
+            "chainstore_shard_term{shard=\"5\"} 2",
+            "chainstore_shard_leader_id{shard=\"5\"} 1",
+            "chainstore_shard_is_leader{shard=\"5\"} 0",
             "chainstore_requests_shed_total{class=\"peer\"} 1",
             "chainstore_requests_shed_total{class=\"client\"} 0",
             "chainstore_rebuilds_total{outcome=\"refused\"} 0",

@@ -61,11 +61,17 @@ pub async fn readyz(State(host): State<Arc<Host>>) -> Response {
     }
 }
 
-/// Prometheus text exposition (the Raft figures are the node's first group's).
+/// Prometheus text exposition: the `chainstore_raft_*` figures are the node's first group's (the
+/// whole cluster's when it has one shard), the `chainstore_shard_*` ones every group's, labelled
+/// by shard.
 pub async fn metrics(State(host): State<Arc<Host>>) -> Response {
     let Some(node) = host.first() else {
         return ApiError::unavailable("this node is stopping").into_response();
     };
+    for group in host.groups() {
+        host.metrics()
+            .set_shard(group.group(), &group.raft_metrics());
+    }
     node.metrics().set_entry_stages(&node.entry_stages().await);
     let text = node.metrics().render(node.id(), &node.raft_metrics());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
