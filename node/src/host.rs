@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use chainstore_model::{ExecutionId, Layout, ShardCount, ShardId};
+use chainstore_model::{Layout, ShardCount, ShardId};
 use raft_store::engine::WriteBatch;
 use raft_store::raft::NodeId;
 use raft_store::Engine;
@@ -160,12 +160,6 @@ impl Host {
     pub fn first(&self) -> Option<Arc<Node>> {
         let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
         groups.values().next().cloned()
-    }
-
-    /// The shard that holds `execution`, and this node's replica of it when it holds one.
-    pub fn group_of(&self, execution: &ExecutionId) -> (ShardId, Option<Arc<Node>>) {
-        let shard = self.shards().shard_of(execution);
-        (shard, self.group(shard.0))
     }
 
     /// Whether node `id` may act as a peer of this one: the layout names it, or one of this

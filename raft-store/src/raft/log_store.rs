@@ -470,4 +470,36 @@ mod tests {
             assert_eq!(read, [entry(index)]);
         }
     }
+
+    #[test]
+    fn a_failed_fsync_shared_by_several_groups_acknowledges_none_of_them() {
+        use crate::engine::GroupEngine;
+        use openraft::type_config::TypeConfigExt;
+        let shared = Arc::new(MemEngine::new());
+        block_on(async {
+            let flusher = LogFlusher::start(Arc::clone(&shared), LogFlush::Task);
+            let mut stores: Vec<_> = (1..=3)
+                .map(|group| {
+                    let engine = Arc::new(GroupEngine::new(Arc::clone(&shared), group));
+                    LogStore::with_flusher(engine, &flusher)
+                })
+                .collect();
+            // The next sync fails, having made only the first of the pending batches durable
+            // (a failed fsync's dropped pages).
+            shared.fail_sync_after_losing(0, 1);
+            let mut durable = Vec::new();
+            for (store, index) in stores.iter_mut().zip([7, 9, 11]) {
+                let (tx, rx) = TypeConfig::oneshot();
+                store
+                    .append([entry(index)], IOFlushed::signal(tx))
+                    .await
+                    .expect("written");
+                durable.push(rx);
+            }
+            for (group, rx) in (1..=3).zip(durable) {
+                let told = rx.await.expect("told");
+                assert!(told.is_err(), "group {group}'s append was acknowledged");
+            }
+        });
+    }
 }

@@ -161,8 +161,12 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// The commit-ordered change feed.
+    /// The commit-ordered change feed (of one shard, in a cluster of several).
     Changes {
+        /// The shard whose feed to read: required when the cluster has several shards, each
+        /// with a feed and commit indexes of its own.
+        #[arg(long)]
+        shard: Option<u32>,
         #[arg(long, default_value_t = 0)]
         after: u64,
         #[arg(long, default_value_t = 100)]
@@ -435,6 +439,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Changes {
+            shard,
             after,
             limit,
             follow,
@@ -442,7 +447,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let mut after = after;
             loop {
-                let page = client.changes(after, limit, ReadOptions::default()).await?;
+                let page = match shard {
+                    None => client.changes(after, limit, ReadOptions::default()).await?,
+                    Some(shard) => {
+                        client
+                            .shard_changes(shard, after, limit, ReadOptions::default())
+                            .await?
+                    }
+                };
                 for change in &page.changes {
                     if json {
                         println!("{}", serde_json::to_string(change).unwrap_or_default());
