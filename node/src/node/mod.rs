@@ -1,5 +1,6 @@
-//! [`Node`]: one cluster member — the Raft instance, the chain store it applies to, and the
-//! leader-side write path of SPEC §5.
+//! [`Node`]: this node's replica of one Raft group (one shard) — the Raft instance, the chain
+//! store it applies to, and the leader-side write path of SPEC §5. A node runs one per shard it
+//! holds ([`crate::host::Host`]); a single-shard cluster's is group 0.
 //!
 //! A write is evaluated only by the leader, under the execution's latch, and only once the state
 //! machine has applied an entry of the leader's current term (so it holds every entry committed
@@ -42,7 +43,7 @@ use chainstore_transport::Transport;
 
 use snapshot::Receiving;
 
-/// One running cluster member.
+/// One running replica of a Raft group.
 pub struct Node {
     config: NodeConfig,
     /// The Raft group (the shard) this is the replica of.

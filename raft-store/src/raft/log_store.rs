@@ -422,33 +422,51 @@ mod tests {
         );
     }
 
+    /// The log stores of groups 1 to `n` in `shared`, on one flush path (a task).
+    fn group_stores(
+        shared: &Arc<MemEngine>,
+        n: u32,
+    ) -> Vec<LogStore<crate::engine::GroupEngine<MemEngine>>> {
+        let flusher = LogFlusher::start(Arc::clone(shared), LogFlush::Task);
+        (1..=n)
+            .map(|group| {
+                let engine = Arc::new(crate::engine::GroupEngine::new(Arc::clone(shared), group));
+                LogStore::with_flusher(engine, &flusher)
+            })
+            .collect()
+    }
+
+    /// Appends the entry at `indexes[i]` to `stores[i]`, none yielding; the receivers that say
+    /// when each is durable.
+    async fn append_each(
+        stores: &mut [LogStore<crate::engine::GroupEngine<MemEngine>>],
+        indexes: &[u64],
+    ) -> Vec<openraft::alias::OneshotReceiverOf<TypeConfig, Result<(), std::io::Error>>> {
+        use openraft::type_config::TypeConfigExt;
+        let mut durable = Vec::new();
+        for (store, index) in stores.iter_mut().zip(indexes) {
+            let (tx, rx) = TypeConfig::oneshot();
+            store
+                .append([entry(*index)], IOFlushed::signal(tx))
+                .await
+                .expect("written");
+            durable.push(rx);
+        }
+        durable
+    }
+
     /// The log stores of two groups in one shared engine, on one flush path: appends of both
     /// that wait at once are made durable by ONE sync of the shared engine, each told so, and
     /// each group reads back only its own entries.
     #[test]
     fn appends_of_several_groups_waiting_at_once_share_one_fsync() {
         use crate::engine::GroupEngine;
-        use openraft::type_config::TypeConfigExt;
         let shared = Arc::new(MemEngine::new());
         block_on(async {
-            let flusher = LogFlusher::start(Arc::clone(&shared), LogFlush::Task);
-            let mut stores: Vec<_> = (1..=2)
-                .map(|group| {
-                    let engine = Arc::new(GroupEngine::new(Arc::clone(&shared), group));
-                    LogStore::with_flusher(engine, &flusher)
-                })
-                .collect();
+            let mut stores = group_stores(&shared, 2);
             let syncs = shared.syncs_total();
-            let mut durable = Vec::new();
             // Neither append yields: the flusher first runs once both wait.
-            for (store, index) in stores.iter_mut().zip([7, 9]) {
-                let (tx, rx) = TypeConfig::oneshot();
-                store
-                    .append([entry(index)], IOFlushed::signal(tx))
-                    .await
-                    .expect("written");
-                durable.push(rx);
-            }
+            let durable = append_each(&mut stores, &[7, 9]).await;
             for rx in durable {
                 rx.await.expect("told").expect("durable");
             }
@@ -473,29 +491,13 @@ mod tests {
 
     #[test]
     fn a_failed_fsync_shared_by_several_groups_acknowledges_none_of_them() {
-        use crate::engine::GroupEngine;
-        use openraft::type_config::TypeConfigExt;
         let shared = Arc::new(MemEngine::new());
         block_on(async {
-            let flusher = LogFlusher::start(Arc::clone(&shared), LogFlush::Task);
-            let mut stores: Vec<_> = (1..=3)
-                .map(|group| {
-                    let engine = Arc::new(GroupEngine::new(Arc::clone(&shared), group));
-                    LogStore::with_flusher(engine, &flusher)
-                })
-                .collect();
+            let mut stores = group_stores(&shared, 3);
             // The next sync fails, having made only the first of the pending batches durable
             // (a failed fsync's dropped pages).
             shared.fail_sync_after_losing(0, 1);
-            let mut durable = Vec::new();
-            for (store, index) in stores.iter_mut().zip([7, 9, 11]) {
-                let (tx, rx) = TypeConfig::oneshot();
-                store
-                    .append([entry(index)], IOFlushed::signal(tx))
-                    .await
-                    .expect("written");
-                durable.push(rx);
-            }
+            let durable = append_each(&mut stores, &[7, 9, 11]).await;
             for (group, rx) in (1..=3).zip(durable) {
                 let told = rx.await.expect("told");
                 assert!(told.is_err(), "group {group}'s append was acknowledged");
