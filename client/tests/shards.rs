@@ -1,5 +1,6 @@
-//! The client against a cluster of several shards: it computes each execution's shard, sends
-//! each call to that shard's leader, and follows a leader that moves without surfacing an error.
+//! The client against a cluster of several shards (made by the deployment bootstrap): it computes
+//! each execution's shard, sends each call to that shard's leader, and follows a leader that
+//! moves without surfacing an error.
 
 mod common;
 
@@ -47,7 +48,17 @@ fn event(id: &str, prev: Option<&str>) -> AppendRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_call_goes_to_its_shards_leader_and_follows_it_when_it_moves() {
     const SHARDS: u32 = 4;
+    // Made by the deployment bootstrap (`--bootstrap-shards`): node 1 makes it, the others wait.
     let cluster = InProcCluster::form(3, Vec::new(), Formation::Sharded(SHARDS), &[]).await;
+    let layout = cluster.host(1).layout().expect("a layout");
+    assert_eq!(layout.shards().get(), SHARDS);
+    for id in 2..=3 {
+        assert_eq!(
+            cluster.host(id).layout(),
+            Some(Arc::clone(&layout)),
+            "n{id}"
+        );
+    }
     // Every shard led, by its preferred node (the balancer's work).
     let preferred = |shard: u32| {
         let layout = cluster.host(1).layout().unwrap();

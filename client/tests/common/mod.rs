@@ -48,7 +48,7 @@ pub enum Formation {
     Bootstrap,
     /// Every node's store is restored from a backup first; nothing is initialized.
     Restore,
-    /// Node 1 makes a cluster of this many shards.
+    /// Every node runs the deployment bootstrap with the same voter list and this many shards.
     Sharded(u32),
 }
 
@@ -149,13 +149,19 @@ impl InProcCluster {
             addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
         match formation {
             Formation::Initialize => running[&1].node.initialize(members).await.expect("init"),
-            Formation::Bootstrap => {
+            Formation::Bootstrap | Formation::Sharded(_) => {
+                let shards = match formation {
+                    Formation::Sharded(shards) => {
+                        chainstore_model::ShardCount::new(shards).expect("a shard count")
+                    }
+                    _ => chainstore_model::ShardCount::ONE,
+                };
                 let mut outcomes = Vec::new();
                 for r in running.values() {
                     outcomes.push(tokio::spawn(chainstore_node::bootstrap(
                         Arc::clone(&r.host),
                         members.clone(),
-                        chainstore_model::ShardCount::ONE,
+                        shards,
                         Duration::from_millis(100),
                     )));
                 }
@@ -169,19 +175,6 @@ impl InProcCluster {
                 }
             }
             Formation::Restore => {}
-            Formation::Sharded(shards) => {
-                let layout = chainstore_model::Layout::new(
-                    members,
-                    chainstore_model::ShardCount::new(shards).expect("a shard count"),
-                    (n as usize).min(3),
-                )
-                .expect("a layout");
-                running[&1]
-                    .host
-                    .make_sharded(layout)
-                    .await
-                    .expect("sharded");
-            }
         }
         let cluster = Self {
             addrs,
