@@ -47,7 +47,7 @@ pub use bootstrap::{bootstrap, parse_voters, Bootstrapped};
 pub use config::{Limits, NodeConfig, RaftTimings};
 pub use errors::{HandOff, Leader, StartError};
 pub use host::Host;
-pub use node::{Node, Shared};
+pub use node::Node;
 pub use raft_types::{NodeMetrics, NodeRaft};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};
 pub use server::{serve, ServeOptions};

@@ -21,7 +21,7 @@ mod snapshot;
 mod start;
 mod write;
 
-pub use start::Shared;
+pub(crate) use start::Shared;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;

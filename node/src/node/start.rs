@@ -26,7 +26,7 @@ use chainstore_transport::Transport;
 /// transport and the peer credential, the counters, the storage health and the slots of the
 /// append streams the node serves.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub(crate) engine: Arc<WatchedEngine>,
     flusher: LogFlusher,
     pub(crate) transport: Arc<dyn Transport>,
@@ -38,7 +38,7 @@ pub struct Shared {
 
 impl Shared {
     /// The shared parts of a node over `engine` and `transport`.
-    pub fn new(
+    pub(crate) fn new(
         config: &NodeConfig,
         engine: Arc<dyn Engine>,
         transport: Arc<dyn Transport>,
@@ -68,7 +68,7 @@ impl Node {
     /// Opens group `group`'s store in the shared engine and starts its Raft. The group is not
     /// part of a cluster until [`Node::initialize`] runs on one of its members, or a leader
     /// adds this one.
-    pub async fn start(
+    pub(crate) async fn start(
         config: NodeConfig,
         shared: &Shared,
         group: u32,
