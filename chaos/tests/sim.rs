@@ -158,3 +158,21 @@ fn sweep() {
     }
     assert!(failed.is_empty(), "failing seeds: {failed:?}");
 }
+
+/// The fixed seeds run clusters of several shards on three nodes and on five (where each node
+/// holds only some shards and passes the others' requests on), not only single-group ones.
+#[test]
+fn the_fixed_seeds_include_sharded_clusters_of_three_and_of_five_nodes() {
+    let shapes: Vec<SimOptions> = (0..64)
+        .map(|s| SimOptions::for_seed(s, LOAD_SECS))
+        .collect();
+    for voters in [3, 5] {
+        let sharded: Vec<u64> = shapes
+            .iter()
+            .filter(|o| o.voters == voters && o.shards > 1)
+            .map(|o| o.seed)
+            .collect();
+        println!("sharded seeds of {voters} voters: {sharded:?}");
+        assert!(!sharded.is_empty(), "no fixed seed shards {voters} voters");
+    }
+}

@@ -443,13 +443,17 @@ impl Client {
     }
 
     /// The shard `path` is about (an execution's, `/v1/executions/{id}/...`, or a change feed's,
-    /// `/v1/changes?shard=`, as this client writes them), when the cluster has several.
+    /// `/v1/changes?shard=` and `/v1/snapshot?shard=`, as this client writes them), when the
+    /// cluster has several.
     fn shard_of_path(&self, path: &str) -> Option<u32> {
         let shards = self.shared().shards;
         if shards.get() == 1 {
             return None;
         }
-        if let Some(query) = path.strip_prefix("/v1/changes?") {
+        let query = path
+            .strip_prefix("/v1/changes?")
+            .or_else(|| path.strip_prefix("/v1/snapshot?"));
+        if let Some(query) = query {
             return query
                 .split('&')
                 .find_map(|pair| pair.strip_prefix("shard="))
@@ -970,10 +974,10 @@ impl Client {
         self.call(Method::GET, "/v1/cluster", None).await
     }
 
-    /// A consistent backup of the cluster's state, taken on the leader: the file's bytes and the
-    /// last log index they include. `chainstore-node --restore-from` seeds a new cluster from it.
-    /// Holds the whole file (up to the client's answer limit); [`Client::snapshot_to`] writes it
-    /// out as it arrives instead.
+    /// A consistent backup of a cluster of one shard, taken on the leader: the file's bytes and
+    /// the last log index they include. `chainstore-node --restore-from` seeds a new cluster
+    /// from it. Holds the whole file (up to the client's answer limit); [`Client::snapshot_to`]
+    /// writes it out as it arrives instead, and [`Client::save_backup`] saves any cluster's.
     pub async fn snapshot(&self) -> Result<Backup, ClientError> {
         let (status, headers, bytes) = self.call_bytes(Method::GET, "/v1/snapshot", None).await?;
         if !status.is_success() {
@@ -985,21 +989,43 @@ impl Client {
         })
     }
 
-    /// A consistent backup written to `out` piece by piece as it arrives, so the client holds a
-    /// piece at a time whatever the store's size; returns the last log index it includes.
-    /// Failures before the first byte are retried like any call; one after it is returned, and
-    /// `out` then holds a cut file, which restore refuses (it has no trailer).
+    /// A consistent backup of a cluster of one shard written to `out` piece by piece as it
+    /// arrives, so the client holds a piece at a time whatever the store's size; returns the
+    /// last log index it includes. Failures before the first byte are retried like any call;
+    /// one after it is returned, and `out` then holds a cut file, which restore refuses (it has
+    /// no trailer).
     pub async fn snapshot_to<W>(&self, out: &mut W) -> Result<u64, ClientError>
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send,
+    {
+        self.shard_snapshot_to(None, out).await
+    }
+
+    /// [`Client::snapshot_to`] of one shard (`None`: a cluster of one shard), taken on the
+    /// shard's leader: the file a backup set holds for it.
+    pub async fn shard_snapshot_to<W>(
+        &self,
+        shard: Option<u32>,
+        out: &mut W,
+    ) -> Result<u64, ClientError>
     where
         W: tokio::io::AsyncWrite + Unpin + Send,
     {
         use futures_util::StreamExt;
         use tokio::io::AsyncWriteExt;
 
+        let path = with_query(
+            "/v1/snapshot",
+            &chainstore_model::api::BackupQuery {
+                shard,
+                ..Default::default()
+            },
+        )?;
+        let path = path.as_str();
         let answer = self
-            .with_retries(None, |node| async move {
+            .with_retries(shard, |node| async move {
                 let request = self
-                    .request_to(node, &Method::GET, "/v1/snapshot", &None)
+                    .request_to(node, &Method::GET, path, &None)
                     .map_err(ClientError::InvalidInput)?;
                 let answer = match self
                     .transport
@@ -1010,7 +1036,7 @@ impl Client {
                     Err(failure) => return Ok(Attempt::Unreachable(failure.to_string())),
                 };
                 let (parts, mut pieces) = answer.into_parts();
-                self.follow_leader(&parts.headers, None);
+                self.follow_leader(&parts.headers, shard);
                 if parts.status.is_success() {
                     return Ok(Attempt::Done((node, parts.headers, pieces)));
                 }

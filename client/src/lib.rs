@@ -4,6 +4,8 @@
 //!   retries retryable failures with bounded exponential back-off and jitter, and returns typed
 //!   results ([`chainstore_model::Appended`], [`GuardedRead`], [`chainstore_model::FromLog`],
 //!   ...) and typed errors ([`ClientError`]).
+//! - `backup.rs`: [`Client::save_backup`], a cluster's backup saved whole or not at all: one
+//!   file, or a sharded cluster's backup set with its manifest.
 //! - `types.rs`: read options and the client's views of the API's answers (the answers
 //!   themselves are `chainstore_model::api`'s types, shared with the node).
 //! - `consumer.rs`: [`LogSource`], [`Reconciler`] (turns `stale_log` into staleness or a
@@ -18,11 +20,13 @@
 // A panic is never an answer: production code handles every failure (tests may unwrap).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod backup;
 mod client;
 mod consumer;
 mod error;
 mod types;
 
+pub use backup::SavedBackup;
 pub use client::{
     Client, ClientBuilder, RetryPolicy, PART_BYTES_MAX, PART_EVENTS_MAX, RESPONSE_BYTES_MAX,
 };

@@ -54,7 +54,7 @@ async fn authoritative(client: &Client, x: &ExecutionId) -> Vec<chainstore_model
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_forms_the_cluster_once_and_never_beside_an_existing_one() {
     // Every node runs the bootstrap; only node 1 initializes (asserted by the harness).
-    let cluster = InProcCluster::form(3, Vec::new(), Formation::Bootstrap, &[]).await;
+    let cluster = InProcCluster::form(3, Vec::new(), Formation::Bootstrap, None).await;
     let client = client(&cluster);
     client
         .append(&exec("boot"), &append("e1", None, true))
@@ -171,7 +171,9 @@ async fn a_backup_restores_into_a_new_cluster_with_every_acknowledged_event() {
     assert!(matches!(again, Err(BackupError::NotEmpty)), "{again:?}");
     drop(source);
 
-    let restored = InProcCluster::form(3, Vec::new(), Formation::Restore, &backup.data).await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &backup.data).unwrap();
+    let restored = InProcCluster::form(3, Vec::new(), Formation::Restore, Some(file.path())).await;
     let new = client(&restored);
     assert_eq!(authoritative(&new, &native).await, native_chain);
     assert_eq!(authoritative(&new, &populated).await, populated_chain);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks a compose cluster after a load: every acknowledged append is present where it was
-acknowledged, no chain forked, and every node holds the same state.
+acknowledged, no chain forked, and every node holds the same state (every replica of each shard
+at the same applied index).
 
 usage: check.py [--ca CA_FILE] [--token TOKEN] ACKED_JSONL NODE_URL...
 
@@ -80,12 +81,21 @@ def main():
         for execution in sorted(acked):
             if views[node][execution] != reference.get(execution):
                 violations.append(f"{node} and {nodes[0]} differ on {execution}")
-    applied = {node: get(f"{node}/v1/cluster")["last_applied"] for node in nodes}
+    # Every replica of a group applied the same index (a node of a sharded cluster lists the
+    # groups it runs; one of a single-group cluster lists none and is group 0).
+    applied = {}
+    for node in nodes:
+        status = get(f"{node}/v1/cluster")
+        groups = status.get("groups") or [{"shard": 0, "last_applied": status["last_applied"]}]
+        for group in groups:
+            applied.setdefault(group["shard"], {})[node] = group["last_applied"]
     total = sum(len(v) for v in acked.values())
+    summary = {shard: sorted(set(by_node.values())) for shard, by_node in sorted(applied.items())}
     print(f"acked appends: {total}, found: {found}, executions: {len(acked)}, "
-          f"applied index per node: {applied}")
-    if len(set(applied.values())) != 1:
-        violations.append(f"nodes applied different indexes: {applied}")
+          f"applied index per shard: {summary}")
+    for shard, by_node in sorted(applied.items()):
+        if len(set(by_node.values())) != 1:
+            violations.append(f"shard {shard}'s replicas applied different indexes: {by_node}")
     for v in violations[:20]:
         print(f"VIOLATION {v}")
     return 1 if violations else 0

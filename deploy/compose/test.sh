@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The compose cluster under real failures, with TLS on every connection and mutual TLS between
 # the nodes (certificates and tokens from deploy/tls/gen-certs.sh). Builds the image, brings up
-# the three nodes of docker-compose.yml, and runs a write load with `chainctl bench` while it
+# the three nodes of docker-compose.yml as a cluster of CHAINSTORE_SHARDS shards (default 4), and
+# runs a write load with `chainctl bench` while it
 # SIGKILLs the leader's
 # container, disconnects a follower from the network and reconnects it, and restarts a node.
 # Then it checks that every acknowledged append is present, no chain forked, and the three nodes
-# hold the same state; saves a backup with `chainctl snapshot save` (as an admin client
-# certificate), seeds a second cluster from it (restore.yml) and checks the acknowledged appends
-# there too. Everything it started is torn down on exit, failure included.
+# hold the same state in every shard; saves a backup with `chainctl snapshot save` (as an admin
+# client certificate: a backup set, one file per shard, when there are several), seeds a second
+# cluster from it (restore.yml) and checks the acknowledged appends there too. Everything it started is torn down on exit, failure included.
 #
 # Environment: CHAINSTORE_TEST_PORT (first of six host ports, default 17301),
 # CHAINSTORE_SKIP_IMAGE_BUILD=1 (use an image already built), CHAINSTORE_LOAD_SECS (default 40),
-# CHAINSTORE_IMAGE_PROFILE (release, the default, or debug: see deploy/docker/build.sh).
+# CHAINSTORE_IMAGE_PROFILE (release, the default, or debug: see deploy/docker/build.sh),
+# CHAINSTORE_SHARDS (default 4; 1 tests a single-group cluster and a one-file backup).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/prereqs.sh
@@ -24,6 +26,8 @@ compose() {
 }
 
 export CHAINSTORE_IMAGE=${CHAINSTORE_IMAGE:-chainstore:test}
+# Both clusters are made with this many shards (the restored one must match its backup set).
+export CHAINSTORE_SHARDS=${CHAINSTORE_SHARDS:-4}
 [ "${CHAINSTORE_SKIP_IMAGE_BUILD:-}" = 1 ] || deploy/docker/build.sh
 ctl_bin=target/${CHAINSTORE_IMAGE_PROFILE:-release}/chainctl
 load_secs=${CHAINSTORE_LOAD_SECS:-40}
@@ -145,11 +149,13 @@ wait "$bench_pid" || { cat "$work/bench.err" >&2; bench_pid=; exit 1; }
 bench_pid=
 cat "$work/bench.txt"
 
-# Healed: all three healthy and at the same applied index (no write is in flight any more).
+# Healed: all three healthy and at the same applied index in every shard (no write is in flight
+# any more).
 up "$project" "$base"
+applied_indexes='import json,sys; c=json.load(sys.stdin); print([g["last_applied"] for g in c.get("groups") or []] or c["last_applied"])'
 for _ in $(seq 60); do
   applied=$(for id in 1 2 3; do get "$(node_url "$id")/v1/cluster" 10 |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["last_applied"])'; done | sort -u | wc -l)
+    python3 -c "$applied_indexes"; done | sort -u | wc -l)
   [ "$applied" = 1 ] && break
   sleep 1
 done
@@ -158,13 +164,17 @@ check() { python3 deploy/compose/check.py --ca "$ca" --token "$read_token" "$wor
 check "$(node_url 1)" "$(node_url 2)" "$(node_url 3)"
 echo "   failover after the leader kill: ${failover_ms} ms"
 
-echo "== backup: chainctl snapshot save, then a new cluster restored from it"
+echo "== backup: chainctl snapshot save ($CHAINSTORE_SHARDS shards), then a new cluster restored from it"
 ctl --cert "$work/tls/client-admin.crt" --key "$work/tls/client-admin.key" \
-  --nodes "$(urls "$base")" snapshot save "$work/backup.snap"
-chmod 644 "$work/backup.snap"
+  --nodes "$(urls "$base")" snapshot save "$work/backup"
+chmod -R a+rX "$work/backup"
 restored_base=$((base + 3))
-CHAINSTORE_BACKUP_DIR=$work CHAINSTORE_BACKUP_FILE=backup.snap \
+CHAINSTORE_BACKUP_DIR=$work CHAINSTORE_BACKUP_FILE=backup \
   up "$restored" "$restored_base" -f deploy/compose/restore.yml
+shards_restored=$(get "https://127.0.0.1:$restored_base/v1/cluster" 10 |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["shards"])')
+[ "$shards_restored" = "$CHAINSTORE_SHARDS" ] ||
+  { echo "the restored cluster has $shards_restored shards, not $CHAINSTORE_SHARDS" >&2; exit 1; }
 check "https://127.0.0.1:$restored_base" "https://127.0.0.1:$((restored_base + 1))" \
   "https://127.0.0.1:$((restored_base + 2))"
 CHAINCTL_TOKEN=$write_token ctl --nodes "$(urls "$restored_base")" append after-restore first --genesis >/dev/null

@@ -135,6 +135,34 @@ impl ChangesQuery {
     }
 }
 
+/// The query of `GET /v1/snapshot`: a read's parameters and, on a cluster of several shards,
+/// the shard whose backup to take (required there: each shard is backed up on its own, and a
+/// backup set holds one file per shard).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackupQuery {
+    /// The shard whose backup to take: required when the cluster has several, 0 or absent when
+    /// it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// How fresh (default linearizable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistency: Option<Consistency>,
+    /// Wait until the answering node applied at least this index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_index: Option<u64>,
+}
+
+impl BackupQuery {
+    /// The read parameters alone.
+    pub fn read(&self) -> ReadQuery {
+        ReadQuery {
+            consistency: self.consistency,
+            min_index: self.min_index,
+        }
+    }
+}
+
 /// `POST /v1/executions/{id}/events` answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AppendAnswer {

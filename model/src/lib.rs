@@ -11,6 +11,8 @@
 //!   execution, by a hash fixed for the cluster's life.
 //! - `placement`: [`Placement`]: which nodes hold each shard's replicas and which one is meant
 //!   to lead it, computed once when a cluster is made.
+//! - `backup`: [`BackupManifest`]: what a sharded cluster's backup set holds, one file per
+//!   shard, checked before anything is restored.
 //! - [`api`]: the HTTP contract: every request and answer body, the error body and its codes,
 //!   read parameters, header names. The node writes these types; the client reads them.
 
@@ -19,6 +21,7 @@
 
 mod answer;
 pub mod api;
+mod backup;
 mod error;
 mod ids;
 mod order;
@@ -26,11 +29,12 @@ mod placement;
 mod shard;
 mod types;
 
+pub use backup::{BackupManifest, InvalidManifest, ShardBackup, MANIFEST_FILE};
 pub use error::StorageError;
 pub use ids::{validate_id, EventId, ExecutionId, InvalidId, SessionId, ID_BYTES_MAX};
 pub use order::{order_by_links, order_segment};
 pub use placement::{Layout, Placement, PlacementError, ShardReplicas};
-pub use shard::{InvalidShardCount, ShardCount, ShardId, SHARDS_MAX};
+pub use shard::{InvalidShardCount, ShardCount, ShardId, SHARDS_MAX, SHARD_HASH};
 pub use types::{
     not_head_message, session_conflict_message, AppendError, AppendRequest, Appended, Authority,
     ChainEvent, ChainPage, Change, Completeness, Coverage, ExecutionState, Fork, FromLog, Guarded,

@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::ExecutionId;
 
+/// The name of the shard function ([`ShardCount::shard_of`]), written where a shard number must
+/// be read back by the same function (a backup set's manifest).
+pub const SHARD_HASH: &str = "fnv1a64-fmix64";
+
 /// The most shards a cluster may have.
 pub const SHARDS_MAX: u32 = 1024;
 

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use chainstore_model::{Layout, ShardCount};
+use chainstore_model::ShardCount;
 use raft_store::raft::NodeId;
 
 use crate::errors::MembershipError;
-use crate::host::Host;
+use crate::host::{deployment_layout, Host};
 
 /// How the bootstrap ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +135,7 @@ async fn make(
             .ok_or_else(|| MembershipError::Unavailable("the node is stopping".into()))?;
         return first.initialize(voters.clone()).await;
     }
-    let layout = Layout::new(voters.clone(), shards, voters.len().min(3))
+    let layout = deployment_layout(voters, shards)
         .map_err(|e| MembershipError::Invalid(format!("no layout fits: {e}")))?;
     loop {
         match node.make_sharded(layout.clone()).await {

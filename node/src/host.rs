@@ -307,10 +307,9 @@ impl Host {
     }
 
     fn store_layout(&self, layout: &Layout) -> Result<(), MembershipError> {
-        let value = serde_json::to_vec(layout)
-            .map_err(|e| MembershipError::Unavailable(format!("cannot encode the layout: {e}")))?;
         let mut batch = WriteBatch::new();
-        batch.put(LAYOUT_KEY, value);
+        stage_layout(&mut batch, layout)
+            .map_err(|e| MembershipError::Unavailable(format!("cannot encode the layout: {e}")))?;
         self.shared
             .engine
             .write_durable(batch)
@@ -405,8 +404,23 @@ async fn balance(host: std::sync::Weak<Host>) {
     }
 }
 
+/// The layout a deployment's bootstrap (and a backup set's restore) makes of `voters`: `shards`
+/// groups of three replicas each (of every voter, when fewer), placed over them.
+pub(crate) fn deployment_layout(
+    voters: &BTreeMap<NodeId, String>,
+    shards: ShardCount,
+) -> Result<Layout, chainstore_model::PlacementError> {
+    Layout::new(voters.clone(), shards, voters.len().min(3))
+}
+
+/// Adds the writing of `layout`, as this node's layout, to `batch`.
+pub(crate) fn stage_layout(batch: &mut WriteBatch, layout: &Layout) -> serde_json::Result<()> {
+    batch.put(LAYOUT_KEY, serde_json::to_vec(layout)?);
+    Ok(())
+}
+
 /// The layout stored in `engine`, if one is.
-fn read_layout(engine: &dyn Engine) -> Result<Option<Layout>, StartError> {
+pub(crate) fn read_layout(engine: &dyn Engine) -> Result<Option<Layout>, StartError> {
     let Some(bytes) = engine
         .get(LAYOUT_KEY)
         .map_err(|e| StartError::Raft(format!("cannot read the cluster's layout: {e}")))?

@@ -7,6 +7,8 @@
 //! - `api`: the HTTP API of SPEC §6 ([`app`] builds the router); `raft_api`: the `/raft/*`
 //!   endpoints.
 //! - `bootstrap`: the automatic, once-only initialization of a deployed cluster.
+//! - `restore`: a new node's storage seeded from a backup file or a sharded cluster's backup
+//!   set (`--restore-from`).
 //! - `network`: openraft's RPCs over a [`Transport`] (reqwest in production), with this
 //!   node's peer credential.
 //! - `security`: secrets, client tokens and roles, how peers and clients authenticate;
@@ -36,6 +38,7 @@ mod node;
 mod proposer;
 mod raft_stream;
 mod raft_types;
+mod restore;
 mod security;
 mod server;
 mod tls;
@@ -49,6 +52,7 @@ pub use errors::{HandOff, Leader, StartError};
 pub use host::Host;
 pub use node::Node;
 pub use raft_types::{NodeMetrics, NodeRaft};
+pub use restore::{restore, Restored};
 pub use security::{ClientAuth, PeerAuth, Secret, Tokens};
 pub use server::{serve, ServeOptions};
 pub use tls::{NodeTls, Reloaded, TlsFiles};

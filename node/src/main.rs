@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use chainstore_model::ShardCount;
 use chainstore_node::{app, ClientAuth, HandOff, Host, NodeConfig, PeerAuth, Secret, Tokens};
-use chainstore_node::{bootstrap, parse_voters, Bootstrapped};
+use chainstore_node::{bootstrap, parse_voters, Bootstrapped, Restored};
 use chainstore_node::{serve, ServeOptions};
 use chainstore_node::{NodeTls, Reloaded, TlsFiles};
 use chainstore_transport::tls::TlsClientOptions;
 use chainstore_transport::ServerCheck;
 use chainstore_transport::{ReqwestTransport, Transport, TransportOptions};
 use clap::{Parser, Subcommand};
-use raft_store::raft::{restore_backup_from, BackupError, NodeId};
+use raft_store::raft::NodeId;
 use raft_store::{Engine, RocksEngine, RocksOptions};
 use serde::{Deserialize, Serialize};
 
@@ -127,8 +127,10 @@ struct Options {
     /// over that many Raft groups, three replicas each, fixed for the cluster's life.
     #[arg(long, env = "CHAINSTORE_BOOTSTRAP_SHARDS")]
     bootstrap_shards: Option<u32>,
-    /// A backup file (`chainctl snapshot save`) to seed this node's store from, when the store
-    /// is empty; the new cluster's voters are `--bootstrap-voters`. Ignored on a store with data.
+    /// A backup (`chainctl snapshot save`) to seed this node's store from, when the store is
+    /// empty: a backup file, or a sharded cluster's backup set (its directory, holding
+    /// `manifest.json`); the new cluster's voters are `--bootstrap-voters`. Ignored on a store
+    /// with data.
     #[arg(long, env = "CHAINSTORE_RESTORE_FROM")]
     restore_from: Option<PathBuf>,
     /// Client requests served at once (default 512); Raft RPCs have their own capacity.
@@ -208,6 +210,8 @@ struct Settings {
     log_format: String,
     bootstrap_voters: Option<BTreeMap<NodeId, String>>,
     bootstrap_shards: ShardCount,
+    /// `--bootstrap-shards` when given (a backup set's count must equal it).
+    shards_asked: Option<ShardCount>,
     restore_from: Option<PathBuf>,
 }
 
@@ -243,15 +247,16 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             return Err(format!("--bootstrap-voters does not list this node ({id})"));
         }
     }
-    let bootstrap_shards = ShardCount::new(o.bootstrap_shards.take().unwrap_or(1))
-        .map_err(|e| format!("--bootstrap-shards: {e}"))?;
+    let shards_asked = o
+        .bootstrap_shards
+        .take()
+        .map(|count| ShardCount::new(count).map_err(|e| format!("--bootstrap-shards: {e}")))
+        .transpose()?;
+    let bootstrap_shards = shards_asked.unwrap_or(ShardCount::ONE);
     if bootstrap_shards.get() > 1 && bootstrap_voters.is_none() {
         return Err("--bootstrap-shards needs --bootstrap-voters".into());
     }
     let restore_from = o.restore_from.take();
-    if restore_from.is_some() && bootstrap_shards.get() > 1 {
-        return Err("--restore-from makes a single-shard cluster; drop --bootstrap-shards".into());
-    }
     if restore_from.is_some() && bootstrap_voters.is_none() {
         return Err("--restore-from needs --bootstrap-voters (the new cluster's voters)".into());
     }
@@ -289,6 +294,7 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         log_format,
         bootstrap_voters,
         bootstrap_shards,
+        shards_asked,
         restore_from,
     })
 }
@@ -495,19 +501,26 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn Engine>, String> {
     })?;
     let engine: Arc<dyn Engine> = Arc::new(engine);
     if let (Some(path), Some(voters)) = (&settings.restore_from, &settings.bootstrap_voters) {
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| format!("cannot read the backup {}: {e}", path.display()))?;
-        match restore_backup_from(Arc::clone(&engine), settings.node.id, voters, &mut file).await {
-            Ok(log_id) => tracing::info!(
-                backup = %path.display(),
-                last_log_index = log_id.index,
-                "restored the store from a backup"
-            ),
-            Err(BackupError::NotEmpty) => tracing::info!(
-                backup = %path.display(),
-                "the store already holds data; not restoring"
-            ),
-            Err(err) => return Err(format!("cannot restore {}: {err}", path.display())),
+        let backup = path.display();
+        let restored = chainstore_node::restore(
+            Arc::clone(&engine),
+            settings.node.id,
+            voters,
+            path,
+            settings.shards_asked,
+        );
+        match restored.await? {
+            Restored::File { last_log_index } => {
+                tracing::info!(%backup, last_log_index, "restored the store from a backup")
+            }
+            Restored::Set { shards, groups } => {
+                for (shard, last_log_index) in groups {
+                    tracing::info!(%backup, shards, shard, last_log_index, "restored a shard");
+                }
+            }
+            Restored::AlreadyHolds => {
+                tracing::info!(%backup, "the store already holds data; not restoring")
+            }
         }
     }
     Ok(engine)

@@ -174,9 +174,18 @@ async fn every_execution_lives_in_its_shards_group_and_any_node_serves_it() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    // A backup of one shard would pass for the cluster's: refused until backups are per shard.
+    // Backups are per shard: one must be named (a backup of one would pass for the cluster's),
+    // and any node serves any shard's (relayed to the shard's leader).
     let (status, body) = cluster.call(1, "GET", "/v1/snapshot", None).await;
     assert_eq!(status, 400, "{body}");
+    let (status, body) = cluster.call(1, "GET", "/v1/snapshot?shard=4", None).await;
+    assert_eq!(status, 400, "{body}");
+    for shard in 0..SHARDS {
+        let (status, body) = cluster
+            .call(3, "GET", &format!("/v1/snapshot?shard={shard}"), None)
+            .await;
+        assert_eq!(status, 200, "shard {shard}'s backup: {body}");
+    }
 
     // A node that restarts runs its groups again from the stored layout, with their data.
     cluster.crash(3).await;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +47,8 @@ pub enum Formation {
     Initialize,
     /// Every node runs the deployment bootstrap with the same voter list.
     Bootstrap,
-    /// Every node's store is restored from a backup first; nothing is initialized.
+    /// Every node's store is restored from a backup (a file, or a set's directory) first;
+    /// nothing is initialized.
     Restore,
     /// Every node runs the deployment bootstrap with the same voter list and this many shards.
     Sharded(u32),
@@ -66,24 +68,29 @@ impl InProcCluster {
     /// A cluster whose client API requires one of `tokens` (each with the write role); without
     /// tokens, the API is open.
     pub async fn start_with_tokens(n: u64, tokens: Vec<String>) -> Self {
-        Self::form(n, tokens, Formation::Initialize, &[]).await
+        Self::form(n, tokens, Formation::Initialize, None).await
     }
 
-    /// A cluster of `n` formed as `formation` says (`backup` is the file `Restore` uses).
-    pub async fn form(n: u64, tokens: Vec<String>, formation: Formation, backup: &[u8]) -> Self {
+    /// A cluster of `n` formed as `formation` says (`backup` is what `Restore` restores).
+    pub async fn form(
+        n: u64,
+        tokens: Vec<String>,
+        formation: Formation,
+        backup: Option<&Path>,
+    ) -> Self {
         Self::form_tuned(n, tokens, formation, backup, |_| {}).await
     }
 
     /// A cluster of `n` with defaults, each node's configuration then adjusted by `tune`.
     pub async fn start_tuned(n: u64, tune: fn(&mut NodeConfig)) -> Self {
-        Self::form_tuned(n, Vec::new(), Formation::Initialize, &[], tune).await
+        Self::form_tuned(n, Vec::new(), Formation::Initialize, None, tune).await
     }
 
     async fn form_tuned(
         n: u64,
         tokens: Vec<String>,
         formation: Formation,
-        backup: &[u8],
+        backup: Option<&Path>,
         tune: fn(&mut NodeConfig),
     ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -115,9 +122,12 @@ impl InProcCluster {
             let engine: Arc<dyn Engine> = Arc::new(engine);
             if formation == Formation::Restore {
                 let voters = addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
-                raft_store::raft::restore_backup(Arc::clone(&engine), id, &voters, backup.to_vec())
-                    .await
-                    .expect("restore");
+                let backup = backup.expect("a backup to restore");
+                let restored =
+                    chainstore_node::restore(Arc::clone(&engine), id, &voters, backup, None)
+                        .await
+                        .expect("restore");
+                assert_ne!(restored, chainstore_node::Restored::AlreadyHolds);
             }
             let transport = Arc::new(transport_reading(
                 config.limits.peer_response_bytes_max.min(64 << 20),

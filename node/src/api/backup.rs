@@ -1,4 +1,5 @@
-//! `GET /v1/snapshot` — a consistent backup of the state machine, streamed.
+//! `GET /v1/snapshot` — a consistent backup of one group's state machine (the whole store's, in
+//! a cluster of one shard), streamed.
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use chainstore_model::api::{headers::LAST_LOG_INDEX, ReadQuery};
+use chainstore_model::api::{headers::LAST_LOG_INDEX, BackupQuery};
 use raft_store::raft::{begin_backup, BackupError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -21,7 +22,8 @@ use crate::node::Node;
 const PIECE_BYTES: usize = 1 << 20;
 const PIECES_IN_FLIGHT: usize = 4;
 
-/// The backup, taken after the read barrier of the requested consistency (linearizable by
+/// The backup of the group the request names (`shard=`, picked by `select_group`), taken after
+/// the read barrier of the requested consistency (linearizable by
 /// default: on the leader, including every entry committed before the request arrived). The body
 /// is the backup file, written from one engine view on a blocking thread and streamed in pieces,
 /// so a download costs a few MiB whatever the store's size; `x-chainstore-last-log-index` names
@@ -29,7 +31,7 @@ const PIECES_IN_FLIGHT: usize = 4;
 /// by restore (it has no trailer).
 pub async fn save(Extension(node): Extension<Arc<Node>>, uri: Uri, headers: HeaderMap) -> Response {
     let outcome = async {
-        let query: ReadQuery = parse_query(&uri)?;
+        let query = parse_query::<BackupQuery>(&uri)?.read();
         let barrier = read_barrier(&node, &uri, &headers, query, Relay::Streamed);
         if let Err(response) = barrier.await {
             return Ok(response);

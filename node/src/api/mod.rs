@@ -79,7 +79,7 @@ pub(crate) fn routes() -> Vec<Route> {
         route("POST", "/v1/executions/{id}/populate", write, doc("Populates the execution from the authoritative log (whole, or one part of a session).", None, Json(s::<PopulateBody>), Json(s::<PopulateAnswer>)), post(executions::populate)),
         route("POST", "/v1/executions/{id}/replicated", admin, doc("Stores replicated events in any order.", None, Json(s::<ReplicatedBody>), Json(s::<chainstore_model::Replicated>)), post(executions::replicated)),
         route("POST", "/v1/executions/{id}/rebuild", admin, doc("Moves a diverged partition into a quarantine record and rebuilds the execution from the log, in one step.", None, Json(s::<RebuildBody>), Json(s::<RebuildAnswer>)), post(executions::rebuild)),
-        route("GET", "/v1/snapshot", admin, doc("A consistent backup, taken on the leader.", None, Content::None, Other("application/octet-stream", "a snapshot file")), get(backup::save)),
+        route("GET", "/v1/snapshot", admin, doc("A consistent backup of one shard (of the whole store, when the cluster has one), taken on its leader.", Some(s::<BackupQuery>), Content::None, Other("application/octet-stream", "a snapshot file")), get(backup::save)),
         route("POST", "/v1/cluster/init", admin, doc("Initializes a new cluster.", None, Json(s::<InitBody>), Json(s::<InitAnswer>)), post(cluster::init)),
         route("POST", "/v1/cluster/learners", admin, doc("Adds a learner.", None, Json(s::<LearnerBody>), Json(s::<MembershipAnswer>)), post(cluster::add_learner)),
         route("POST", "/v1/cluster/voters", admin, doc("Sets the voter set.", None, Json(s::<VotersBody>), Json(s::<MembershipAnswer>)), post(cluster::change_voters)),
@@ -244,7 +244,7 @@ async fn pick_group(
     parts: &mut axum::http::request::Parts,
 ) -> Result<Picked, ApiError> {
     use axum::extract::{FromRequestParts, RawPathParams};
-    use chainstore_model::api::{headers::GROUP, ChangesQuery};
+    use chainstore_model::api::{headers::GROUP, BackupQuery, ChangesQuery};
     let path = parts.uri.path();
     if path.starts_with("/raft/") && path != LAYOUT_PATH {
         let group = match parts.headers.get(GROUP) {
@@ -271,29 +271,16 @@ async fn pick_group(
             .and_then(|(_, id)| chainstore_model::ExecutionId::new(id).ok());
         // A bad id is refused by the handler, in the first group.
         id.map(|id| host.shards().shard_of(&id).0)
-    } else if path == "/v1/snapshot" && host.shards().get() > 1 {
-        // A backup of one group would pass for the cluster's.
-        return Err(ApiError::invalid_input(format!(
-            "this cluster has {} shards; a backup of a sharded cluster is not supported yet",
-            host.shards().get()
-        )));
+    } else if path == "/v1/snapshot" {
+        let shard = extract::parse_query::<BackupQuery>(&parts.uri)?.shard;
+        named_shard(
+            host,
+            shard,
+            "a backup of its own (a backup set holds one file per shard)",
+        )?
     } else if path == "/v1/changes" {
-        let shards = host.shards().get();
-        match extract::parse_query::<ChangesQuery>(&parts.uri)?.shard {
-            Some(shard) if shard >= shards => {
-                return Err(ApiError::invalid_input(format!(
-                    "this cluster has {shards} shards, numbered from 0"
-                )))
-            }
-            Some(shard) => Some(shard),
-            None if shards == 1 => None,
-            None => {
-                return Err(ApiError::invalid_input(format!(
-                    "this cluster has {shards} shards, each with a change feed of its own: \
-                     name one with shard="
-                )))
-            }
-        }
+        let shard = extract::parse_query::<ChangesQuery>(&parts.uri)?.shard;
+        named_shard(host, shard, "a change feed of its own")?
     } else {
         None
     };
@@ -310,6 +297,22 @@ async fn pick_group(
             .first()
             .map(Picked::Here)
             .ok_or_else(|| ApiError::unavailable("this node is stopping")),
+    }
+}
+
+/// The shard a request about one shard names with `shard=`: checked against the cluster's count,
+/// and required when it has several (each has `what`).
+fn named_shard(host: &Host, shard: Option<u32>, what: &str) -> Result<Option<u32>, ApiError> {
+    let shards = host.shards().get();
+    match shard {
+        Some(shard) if shard >= shards => Err(ApiError::invalid_input(format!(
+            "this cluster has {shards} shards, numbered from 0"
+        ))),
+        Some(shard) => Ok(Some(shard)),
+        None if shards == 1 => Ok(None),
+        None => Err(ApiError::invalid_input(format!(
+            "this cluster has {shards} shards, each with {what}: name one with shard="
+        ))),
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use chainstore_client::{
     Client, ClientError, LogError, LogSource, PageRequest, ReadOptions, ReconcileError, Reconciler,
-    Verdict,
+    SavedBackup, Verdict,
 };
 use chainstore_model::{
     api::{ClusterStatus, Consistency},
@@ -189,8 +189,11 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum SnapshotCommand {
-    /// Saves a consistent backup, taken on the leader, to FILE (written whole or not at all).
-    /// Seed a new cluster from it with `chainstore-node --restore-from FILE`.
+    /// Saves a consistent backup to FILE, taken on the leader (written whole or not at all).
+    /// A cluster of several shards is saved as a backup set: FILE is then a new (or empty)
+    /// directory that gets one file per shard, each taken on its shard's leader, and
+    /// `manifest.json`, written last. Seed a new cluster from either with
+    /// `chainstore-node --restore-from FILE`.
     Save { file: PathBuf },
 }
 
@@ -486,38 +489,53 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-async fn snapshot_save(client: &Client, file: &std::path::Path, json: bool) -> Result<(), Failure> {
-    // Written to `<file>.partial` as it arrives and renamed once whole and synced: `file` is
-    // never a cut backup.
-    let mut partial = file.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let cannot =
-        |e: std::io::Error| Failure::refused(format!("cannot write {}: {e}", file.display()));
-    let mut out = tokio::fs::File::create(&partial).await.map_err(cannot)?;
-    let saved = client.snapshot_to(&mut out).await;
-    let last_log_index = match saved {
-        Ok(index) => index,
-        Err(err) => {
-            let _ = tokio::fs::remove_file(&partial).await;
-            return Err(err.into());
+async fn snapshot_save(client: &Client, path: &std::path::Path, json: bool) -> Result<(), Failure> {
+    let saved = client.save_backup(path).await;
+    match saved.map_err(Failure::from)? {
+        SavedBackup::File {
+            bytes,
+            last_log_index,
+        } => {
+            if json {
+                print_json(&json!({
+                    "file": path.display().to_string(),
+                    "bytes": bytes,
+                    "last_log_index": last_log_index,
+                }));
+            } else {
+                println!(
+                    "saved {bytes} bytes to {} (up to log index {last_log_index})",
+                    path.display(),
+                );
+            }
         }
-    };
-    out.sync_all().await.map_err(cannot)?;
-    let bytes = out.metadata().await.map_err(cannot)?.len();
-    drop(out);
-    tokio::fs::rename(&partial, file).await.map_err(cannot)?;
-    if json {
-        print_json(&json!({
-            "file": file.display().to_string(),
-            "bytes": bytes,
-            "last_log_index": last_log_index,
-        }));
-    } else {
-        println!(
-            "saved {bytes} bytes to {} (up to log index {last_log_index})",
-            file.display(),
-        );
+        SavedBackup::Set(manifest) => {
+            if json {
+                print_json(
+                    &json!({ "directory": path.display().to_string(), "manifest": manifest }),
+                );
+            } else {
+                let rows: Vec<Vec<String>> = manifest
+                    .files
+                    .iter()
+                    .map(|f| {
+                        vec![
+                            f.shard.to_string(),
+                            f.file.clone(),
+                            f.bytes.to_string(),
+                            f.last_log_index.to_string(),
+                        ]
+                    })
+                    .collect();
+                print_table(&["shard", "file", "bytes", "last log index"], &rows);
+                println!(
+                    "saved a backup set of {} shards to {} ({})",
+                    manifest.shards.get(),
+                    path.display(),
+                    chainstore_model::MANIFEST_FILE
+                );
+            }
+        }
     }
     Ok(())
 }
