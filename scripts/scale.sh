@@ -187,7 +187,8 @@ for n in "${sizes[@]}"; do
 import json, sys
 b = json.load(open(sys.argv[1]))
 n, cpus = int(sys.argv[2]), float(sys.argv[3])
-print(f"{n:>5}  {cpus:>8.2f}  {n * cpus:>10.2f}  {b[\"appends\"]:>8}  {b[\"appends_per_second\"]:>9.0f}  {b[\"p50_ms\"]:>7.1f}  {b[\"p99_ms\"]:>7.1f}  {b[\"errors\"]:>6}  {sys.argv[4]}")' \
+cells = (n, cpus, n * cpus, b["appends"], b["appends_per_second"], b["p50_ms"], b["p99_ms"], b["errors"], sys.argv[4])
+print("{:>5}  {:>8.2f}  {:>9.2f}  {:>8}  {:>9.0f}  {:>7.1f}  {:>7.1f}  {:>6}  {}".format(*cells))' \
     "$work/bench-$n.json" "$n" "$cpus" "$led")")
   compose -p "$project" -f "$work/compose-$project.yml" down -v --remove-orphans >/dev/null 2>&1
   project=
@@ -203,6 +204,7 @@ if [ "${#sizes[@]}" -ge 2 ]; then
 import sys
 small, big, a, b = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 ratio = b / a if a else 0.0
-print(f"{big} nodes / {small} nodes: {ratio:.2f}x appends/s (target 1.6x): {\"PASS\" if ratio >= 1.6 else \"BELOW TARGET\"}")
+verdict = "PASS" if ratio >= 1.6 else "BELOW TARGET"
+print("{} nodes / {} nodes: {:.2f}x appends/s (target 1.6x): {}".format(big, small, ratio, verdict))
 sys.exit(0 if ratio >= 1.6 else 1)' "$small" "$big" "${rate[$small]}" "${rate[$big]}"
 fi
