@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use chainstore_check::{Answer, Entry, Op, Verdict};
 use chainstore_client::ReadOptions;
-use chainstore_model::{api::Consistency, Guarded};
+use chainstore_model::{api::Consistency, Guarded, ShardCount};
 use clap::Parser;
 
 use chainstore_robustness::cluster::{self, leader_of, wait_ready, Cluster};
@@ -523,18 +523,44 @@ async fn final_reads(
     chains
 }
 
-/// Every node, once it has applied what the leader had, holds the same chain of every execution.
+/// Every node, once it has applied what its shard's most advanced replica had, holds the same
+/// chain of every execution. Each shard's group has a log of its own, so the index to wait for
+/// is the execution's shard's.
 async fn convergence(urls: &[String], execs: &[String]) -> Vec<String> {
     let mut failures = Vec::new();
-    let Some(leader) = leader_of(urls).await else {
+    if leader_of(urls).await.is_none() {
         return vec!["no leader after healing".into()];
-    };
-    let leader_client = single_node_client(&urls[leader as usize - 1], Duration::from_secs(2));
-    let applied = match leader_client.cluster().await {
-        Ok(status) => status.last_applied,
-        Err(e) => return vec![format!("the leader's status: {e}")],
-    };
+    }
+    let mut shards = ShardCount::ONE;
+    let mut applied_by_shard: BTreeMap<u32, u64> = BTreeMap::new();
+    for url in urls {
+        let Ok(status) = single_node_client(url, Duration::from_secs(2))
+            .cluster()
+            .await
+        else {
+            continue;
+        };
+        shards = ShardCount::new(status.shards).unwrap_or(ShardCount::ONE);
+        let groups: Vec<(u32, u64)> = if status.groups.is_empty() {
+            vec![(0, status.last_applied)]
+        } else {
+            status
+                .groups
+                .iter()
+                .map(|g| (g.shard, g.last_applied))
+                .collect()
+        };
+        for (shard, applied) in groups {
+            let most = applied_by_shard.entry(shard).or_default();
+            *most = (*most).max(applied);
+        }
+    }
+    if applied_by_shard.is_empty() {
+        return vec!["no node answered its status after healing".into()];
+    }
     for name in execs {
+        let shard = shards.shard_of(&exec(name)).0;
+        let applied = applied_by_shard.get(&shard).copied().unwrap_or(0);
         let mut seen: Vec<(usize, Result<Vec<String>, String>)> = Vec::new();
         for (i, url) in urls.iter().enumerate() {
             let client = single_node_client(url, Duration::from_secs(6));
