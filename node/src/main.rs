@@ -209,9 +209,8 @@ struct Settings {
     rocks: RocksOptions,
     log_format: String,
     bootstrap_voters: Option<BTreeMap<NodeId, String>>,
-    bootstrap_shards: ShardCount,
-    /// `--bootstrap-shards` when given (a backup set's count must equal it).
-    shards_asked: Option<ShardCount>,
+    /// `--bootstrap-shards` when given (1 when not; a backup set's count must equal it).
+    bootstrap_shards: Option<ShardCount>,
     restore_from: Option<PathBuf>,
 }
 
@@ -247,13 +246,12 @@ fn settings(cli: Cli) -> Result<Settings, String> {
             return Err(format!("--bootstrap-voters does not list this node ({id})"));
         }
     }
-    let shards_asked = o
+    let bootstrap_shards = o
         .bootstrap_shards
         .take()
         .map(|count| ShardCount::new(count).map_err(|e| format!("--bootstrap-shards: {e}")))
         .transpose()?;
-    let bootstrap_shards = shards_asked.unwrap_or(ShardCount::ONE);
-    if bootstrap_shards.get() > 1 && bootstrap_voters.is_none() {
+    if bootstrap_shards.is_some_and(|s| s.get() > 1) && bootstrap_voters.is_none() {
         return Err("--bootstrap-shards needs --bootstrap-voters".into());
     }
     let restore_from = o.restore_from.take();
@@ -294,7 +292,6 @@ fn settings(cli: Cli) -> Result<Settings, String> {
         log_format,
         bootstrap_voters,
         bootstrap_shards,
-        shards_asked,
         restore_from,
     })
 }
@@ -507,7 +504,7 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn Engine>, String> {
             settings.node.id,
             voters,
             path,
-            settings.shards_asked,
+            settings.bootstrap_shards,
         );
         match restored.await? {
             Restored::File { last_log_index } => {
@@ -615,7 +612,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         tokio::spawn(bootstrap_once(
             Arc::clone(&node),
             voters,
-            settings.bootstrap_shards,
+            settings.bootstrap_shards.unwrap_or(ShardCount::ONE),
         ));
     }
     let options = ServeOptions {
